@@ -1,0 +1,37 @@
+"""One module per Kafka API. Each module declares API_KEY, MIN_VERSION, MAX_VERSION and
+
+    async def handle(broker: Broker, ctx: RequestContext, request) -> dict | None
+
+returning the response fields as a version-independent dict (None: no response, e.g. acks=0).
+The registry below finds the modules, so adding an API is adding a file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+Handler = Callable[[Any, Any, Any], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Handler
+
+
+def discover() -> dict[int, ApiHandler]:
+    table: dict[int, ApiHandler] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        key = getattr(module, "API_KEY", None)
+        if key is None:
+            continue
+        table[key] = ApiHandler(key, info.name, module.MIN_VERSION, module.MAX_VERSION, module.handle)
+    return table

@@ -1,0 +1,35 @@
+"""CreatePartitions (37): grow a topic's partition count."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.topics import INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION, TopicError
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 37
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    results = []
+    for t in request.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        try:
+            info = broker.metadata.get_topic(t.name)
+            if info is None:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
+            if t.count <= info.partitions:
+                raise TopicError(INVALID_PARTITIONS,
+                                 f"Topic currently has {info.partitions} partitions, which is higher than or "
+                                 f"equal to the requested {t.count}.")
+            if not request.validate_only:
+                broker.topics.add_partitions(t.name, t.count)
+        except TopicError as e:
+            entry.update(error_code=e.error_code, error_message=e.message)
+        results.append(entry)
+    return {"throttle_time": 0, "results": results}

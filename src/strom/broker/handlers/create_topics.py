@@ -1,0 +1,65 @@
+"""CreateTopics (19): partitions, replication factor (1 on a single broker), configs, validate_only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.topics import TopicError
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 19
+MIN_VERSION = 2
+MAX_VERSION = 7
+
+INVALID_REQUEST = 42
+SOURCE_CODES = {
+    "DYNAMIC_TOPIC_CONFIG": 1,
+    "DYNAMIC_BROKER_CONFIG": 2,
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+    "STATIC_BROKER_CONFIG": 4,
+    "DEFAULT_CONFIG": 5,
+}
+
+
+def config_entries(broker: Broker, overrides: dict[str, str]) -> list[dict[str, Any]]:
+    from strom.config import describe_topic_config
+
+    return [
+        {"name": e.name, "value": e.value, "read_only": e.read_only,
+         "config_source": SOURCE_CODES.get(e.source, 0), "is_sensitive": e.sensitive}
+        for e in describe_topic_config(broker.config, overrides)
+    ]
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    validate_only = getattr(request, "validate_only", False)
+    seen: set[str] = set()
+    results = []
+    for t in request.topics:
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        partitions = t.num_partitions
+        rf = t.replication_factor
+        if t.assignments:
+            partitions = len(t.assignments)
+            rf = len(t.assignments[0].broker_ids)
+        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "configs": None}
+        try:
+            if t.name in seen:
+                raise TopicError(INVALID_REQUEST, f"Create topics request had '{t.name}' more than once.")
+            seen.add(t.name)
+            if validate_only:
+                p = broker.config.num_partitions if partitions == -1 else partitions
+                r = broker.config.default_replication_factor if rf == -1 else rf
+                broker.topics.validate_new(t.name, p, r, configs)
+                entry.update(num_partitions=p, replication_factor=r, configs=config_entries(broker, configs))
+            else:
+                info = broker.topics.create(t.name, partitions, rf, configs)
+                entry.update(topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=1,
+                             configs=config_entries(broker, info.configs))
+        except TopicError as e:
+            entry.update(error_code=e.error_code, error_message=e.message, num_partitions=-1, replication_factor=-1)
+        results.append(entry)
+    return {"throttle_time": 0, "topics": results}

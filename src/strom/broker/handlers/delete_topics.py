@@ -1,0 +1,48 @@
+"""DeleteTopics (20): removes metadata at once and the data asynchronously."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.topics import TopicError
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+
+UNKNOWN_TOPIC_ID = 100
+TOPIC_DELETION_DISABLED = 73
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0, "error_message": None}
+        if name is None and topic_id is not None:
+            info = broker.metadata.topic_by_id(topic_id)
+            if info is None:
+                entry.update(error_code=UNKNOWN_TOPIC_ID, error_message="unknown topic id")
+                results.append(entry)
+                continue
+            name = info.name
+            entry["name"] = name
+        if not broker.config.delete_topic_enable:
+            entry.update(error_code=TOPIC_DELETION_DISABLED, error_message="delete.topic.enable is false")
+        else:
+            try:
+                info = broker.metadata.get_topic(name or "")
+                if info is not None:
+                    entry["topic_id"] = info.topic_id
+                broker.topics.delete(name or "")
+            except TopicError as e:
+                entry.update(error_code=e.error_code, error_message=e.message)
+        results.append(entry)
+    return {"throttle_time": 0, "responses": results}

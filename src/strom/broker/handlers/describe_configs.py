@@ -1,0 +1,54 @@
+"""DescribeConfigs (32): broker and topic configs with their sources."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.handlers.create_topics import SOURCE_CODES
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 32
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+TOPIC = 2
+BROKER = 4
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUEST = 42
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    from strom.config import describe_topic_config
+
+    results = []
+    for r in request.resources:
+        result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                                  "resource_name": r.resource_name, "configs": []}
+        entries = None
+        if r.resource_type == TOPIC:
+            info = broker.metadata.get_topic(r.resource_name)
+            if info is None:
+                result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message="unknown topic")
+            else:
+                entries = describe_topic_config(broker.config, info.configs)
+        elif r.resource_type == BROKER:
+            if r.resource_name not in ("", str(broker.config.broker_id)):
+                result.update(error_code=INVALID_REQUEST, error_message=f"unknown broker {r.resource_name}")
+            else:
+                entries = broker.config.describe()
+        else:
+            result.update(error_code=INVALID_REQUEST, error_message=f"unsupported resource type {r.resource_type}")
+        if entries is not None:
+            keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+            result["configs"] = [
+                {"name": e.name, "value": e.value, "read_only": e.read_only,
+                 "config_source": SOURCE_CODES.get(e.source, 0), "is_default": e.source == "DEFAULT_CONFIG",
+                 "is_sensitive": e.sensitive, "synonyms": [], "config_type": 0, "documentation": None}
+                for e in entries
+                if keys is None or e.name in keys
+            ]
+        results.append(result)
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,100 @@
+"""Fetch (1): serve stored batch bytes as they are, with long-poll through the purgatory.
+
+The response holds whole batches read from the segment files; nothing is decoded. When less than
+min_bytes is available the request waits for a produce to one of its partitions (or max_wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from strom.storage.log import OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 16
+
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+TOPIC_ID_VERSION = 13
+
+
+def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[str | None, uuid.UUID | None, Any]]:
+    out = []
+    for t in request.topics:
+        if version >= TOPIC_ID_VERSION:
+            info = broker.metadata.topic_by_id(t.topic_id)
+            out.append((info.name if info else None, t.topic_id, t))
+        else:
+            out.append((t.topic, None, t))
+    return out
+
+
+def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
+              version: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """One pass over the requested partitions: (response topics, bytes found, any error)."""
+    remaining = max_bytes
+    total = 0
+    errors = False
+    responses = []
+    for name, topic_id, t in topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": p.partition,
+                "error_code": 0,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            plog = broker.log_manager.get_log(name, p.partition) if name is not None else None
+            if plog is None:
+                entry["error_code"] = UNKNOWN_TOPIC_ID if name is None and version >= TOPIC_ID_VERSION \
+                    else UNKNOWN_TOPIC_OR_PARTITION
+                errors = True
+            else:
+                entry["high_watermark"] = plog.high_watermark
+                entry["last_stable_offset"] = plog.high_watermark
+                entry["log_start_offset"] = plog.log_start_offset
+                limit = min(p.partition_max_bytes, remaining)
+                try:
+                    # KIP-74: the first partition with data returns at least one whole batch.
+                    data = plog.read(p.fetch_offset, max(limit, 0), min_one_batch=total == 0) if limit > 0 or total == 0 \
+                        else b""
+                except OffsetOutOfRange:
+                    entry["error_code"] = OFFSET_OUT_OF_RANGE
+                    errors = True
+                    data = b""
+                entry["records"] = data
+                total += len(data)
+                remaining -= len(data)
+            parts.append(entry)
+        key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
+        responses.append({key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": parts})
+    return responses, total, errors
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    topics = _resolve_topics(broker, request, version)
+    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
+    keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
+    while True:
+        responses, total, errors = _read_all(broker, topics, max_bytes, version)
+        remaining = deadline - loop.time()
+        if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+            break
+        await broker.purgatory.wait(keys, remaining)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

@@ -1,0 +1,55 @@
+"""ListOffsets (2): earliest, latest, max timestamp, or the first offset at/after a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 2
+MIN_VERSION = 1
+MAX_VERSION = 10
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+
+def lookup(plog: Any, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) for one partition; (-1, -1) when no record is at/after the timestamp."""
+    if timestamp == LATEST:
+        return -1, plog.high_watermark
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, plog.log_start_offset
+    if timestamp == LATEST_TIERED:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp_and_offset() if hasattr(plog, "max_timestamp_and_offset") else None
+        return found if found is not None else (-1, -1)
+    found_ts = plog.offset_for_timestamp(timestamp)
+    if found_ts is None:
+        return -1, -1
+    offset, ts = found_ts
+    return ts, offset
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            plog = broker.log_manager.get_log(t.name, p.partition_index)
+            if plog is None:
+                parts.append({"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            ts, offset = lookup(plog, p.timestamp)
+            parts.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
+                          "offset": offset, "leader_epoch": 0})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

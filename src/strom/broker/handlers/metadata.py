@@ -1,0 +1,84 @@
+"""Metadata (3): brokers, topics, partitions, leaders; auto-creates topics when allowed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.topics import TopicError
+from strom.cluster.metadata import TopicInfo
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 3
+MIN_VERSION = 0
+MAX_VERSION = 12
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+
+
+def topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
+    node = broker.node.broker_id
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": p,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for p in range(topic.partitions)
+        ],
+        "topic_authorized_operations": -2147483648,
+    }
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    md = broker.metadata
+    # v0: an empty array means all topics; v1+: null means all topics.
+    requested = request.topics
+    all_topics = requested is None or (ctx.api_version == 0 and len(requested) == 0)
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    topics: list[dict[str, Any]] = []
+    if all_topics:
+        topics = [topic_entry(broker, t) for t in md.topics().values()]
+    else:
+        for rt in requested:
+            name = rt.name
+            topic: TopicInfo | None = None
+            if name is None and getattr(rt, "topic_id", None) is not None:
+                topic = md.topic_by_id(rt.topic_id)
+                if topic is None:
+                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
+                                   "partitions": []})
+                    continue
+            elif name is not None:
+                topic = md.get_topic(name)
+                if topic is None and allow_auto and broker.config.auto_create_topics_enable:
+                    try:
+                        topic = broker.topics.create(name)
+                    except TopicError as e:
+                        topics.append({"error_code": e.error_code, "name": name, "partitions": []})
+                        continue
+            if topic is None:
+                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
+            else:
+                topics.append(topic_entry(broker, topic))
+    node = broker.node
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": node.broker_id, "host": node.host, "port": node.port, "rack": node.rack}],
+        "cluster_id": md.cluster_id,
+        "controller_id": node.broker_id,
+        "topics": topics,
+        "cluster_authorized_operations": -2147483648,
+    }

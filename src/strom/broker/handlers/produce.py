@@ -1,0 +1,108 @@
+"""Produce (0): validate batch headers and CRCs, assign offsets, append, ack per acks.
+
+No per-record work: only the 61-byte batch headers are read. With log.flush.interval.messages
+reached (e.g. 1), the ack waits for the fsync; all partitions of a request are flushed together
+(one fsync per log per request: group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from strom.records.batch import InvalidRecordBatch, iter_batches
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+    from strom.storage.log import PartitionLog
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 11
+
+NONE = 0
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+INVALID_RECORD = 87
+
+_ERROR_BY_NAME = {"corrupt_message": CORRUPT_MESSAGE, "unsupported_for_message_format": UNSUPPORTED_FOR_MESSAGE_FORMAT}
+
+
+def _result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
+            append_time: int = -1, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": base_offset,
+        "log_append_time": append_time if append_time >= 0 else None,
+        "log_start_offset": log_start,
+        "error_message": message,
+    }
+
+
+def append_partition(broker: Broker, plog: PartitionLog, index: int, records: bytes | None) -> dict[str, Any]:
+    """Validate and append one partition's batches; returns the partition's response fields."""
+    if not records:
+        return _result(index, CORRUPT_MESSAGE, message="empty record set")
+    buf = bytearray(records)
+    try:
+        headers = iter_batches(buf)
+    except InvalidRecordBatch as e:
+        return _result(index, _ERROR_BY_NAME.get(e.error, CORRUPT_MESSAGE), message=str(e))
+    max_bytes = plog.config.max_message_bytes
+    for h in headers:
+        if h.size > max_bytes:
+            return _result(index, MESSAGE_TOO_LARGE,
+                           message=f"batch of {h.size} bytes exceeds max.message.bytes={max_bytes}")
+        if h.records_count <= 0:
+            return _result(index, INVALID_RECORD, message="batch without records")
+    # Idempotent producers: a retried batch is acknowledged with its original offsets, not written.
+    state = plog.producer_state
+    for h in headers:
+        if h.producer_id < 0:
+            continue
+        check = state.check(h)
+        if check.duplicate:
+            if len(headers) == 1:
+                return _result(index, NONE, check.first_offset, plog.log_start_offset)
+            return _result(index, INVALID_RECORD, message="duplicate batch mixed with new batches")
+        if check.error == "out_of_order_sequence":
+            return _result(index, OUT_OF_ORDER_SEQUENCE_NUMBER, message=check.message)
+        if check.error == "invalid_producer_epoch":
+            return _result(index, INVALID_PRODUCER_EPOCH, message=check.message)
+    info = plog.append(buf, headers, leader_epoch=0)
+    broker.purgatory.notify((plog.topic, plog.partition))
+    return _result(index, NONE, info.first_offset, info.log_start_offset, info.log_append_time)
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | None:
+    acks = request.acks
+    to_flush: list[PartitionLog] = []
+    responses = []
+    for topic in request.topic_data:
+        parts = []
+        for pd in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                parts.append(_result(pd.index, INVALID_REQUIRED_ACKS))
+                continue
+            plog = broker.log_manager.get_log(topic.name, pd.index)
+            if plog is None:
+                parts.append(_result(pd.index, UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            result = append_partition(broker, plog, pd.index, pd.records)
+            if result["error_code"] == NONE and plog.needs_flush():
+                to_flush.append(plog)
+            parts.append(result)
+        responses.append({"name": topic.name, "partition_responses": parts})
+    if to_flush:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time": 0}

@@ -1,0 +1,140 @@
+"""The broker process: owns the event loop, the log manager, cluster metadata and the listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+from strom.broker.connection import KafkaConnection
+from strom.broker.handlers import ApiHandler, discover
+from strom.broker.purgatory import Purgatory
+from strom.broker.topics import TopicManager
+from strom.cluster.metadata import BrokerInfo, LocalMetadataStore
+from strom.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from strom.config import BrokerConfig
+
+log = logging.getLogger("strom.broker")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        from strom.config import log_config_for
+
+        self.config = config
+        self.handlers: dict[int, ApiHandler] = discover()
+        self.purgatory = Purgatory()
+        self.connections: set[KafkaConnection] = set()
+        log_dirs = list(config.log_dirs)
+        for d in log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.metadata = LocalMetadataStore(log_dirs[0])
+        self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
+        self.topics = TopicManager(self)
+        self._servers: list[asyncio.base_events.Server] = []
+        self._stopping = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+        self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)
+
+    # ApiVersions is needed by the connection for the fallback answer, so it lives here.
+    def api_versions_body(self, error_code: int = 0) -> dict[str, Any]:
+        return {
+            "error_code": error_code,
+            "api_keys": [
+                {"api_key": h.api_key, "min_version": h.min_version, "max_version": h.max_version}
+                for h in sorted(self.handlers.values(), key=lambda h: h.api_key)
+            ],
+            "throttle_time": 0,
+        }
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.log_manager.startup)
+        self.topics.reconcile()
+        advertised = self.config.advertised_listeners or self.config.listeners
+        for listener in self.config.listeners:
+            server = await loop.create_server(lambda: KafkaConnection(self), listener.host or "0.0.0.0", listener.port,
+                                              reuse_address=True, backlog=1024)
+            self._servers.append(server)
+        first = advertised[0]
+        bound_port = first.port
+        if first.port == 0 and self._servers:
+            bound_port = self._servers[0].sockets[0].getsockname()[1]
+        self.node = BrokerInfo(self.config.broker_id, first.host or "127.0.0.1", bound_port)
+        self.spawn(self._flush_loop())
+        self.spawn(self._checkpoint_loop())
+        ports = ",".join(str(s.sockets[0].getsockname()[1]) for s in self._servers)
+        log.info("strom broker %d ready: listening on %s (port %s), log.dirs=%s",
+                 self.config.broker_id, ",".join(f"{lst.name}://{lst.host}:{lst.port}" for lst in self.config.listeners),
+                 ports, ",".join(str(d) for d in self.config.log_dirs))
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _flush_loop(self) -> None:
+        """Timed flush (log.flush.interval.ms / flush.ms); fsync runs in a thread."""
+        loop = asyncio.get_running_loop()
+        last: dict[tuple[str, int], float] = {}
+        while True:
+            await asyncio.sleep(0.2)
+            now = time.monotonic()
+            for plog in self.log_manager.all_logs():
+                interval = plog.config.flush_interval_ms
+                if interval is None:
+                    continue
+                key = (plog.topic, plog.partition)
+                if (now - last.get(key, 0.0)) * 1000 >= interval and plog.recovery_point < plog.log_end_offset:
+                    last[key] = now
+                    await loop.run_in_executor(None, plog.flush)
+
+    async def _checkpoint_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(60)
+            await loop.run_in_executor(None, self.log_manager.checkpoint)
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        await self._stopping.wait()
+        await self.stop()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def stop(self) -> None:
+        log.info("strom broker %d shutting down", self.config.broker_id)
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        log.info("strom broker %d stopped cleanly", self.config.broker_id)
+
+
+def run_broker(config: BrokerConfig) -> None:
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    broker = Broker(config)
+    runner(broker.serve_forever())

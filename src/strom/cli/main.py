@@ -1,0 +1,52 @@
+"""The `strom` command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="strom")
+def cli() -> None:
+    """strom: a Kafka-compatible streaming platform."""
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help="Kafka-style server.properties file.")
+@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Set a config property (repeatable); wins over the file.")
+@click.option("--log-level", default="INFO", show_default=True)
+def broker(config_path: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
+    """Run a broker (default: PLAINTEXT on 127.0.0.1:9092, data in ./strom-data)."""
+    from strom.config import BrokerConfig, ConfigError
+
+    _setup_logging(log_level)
+    try:
+        config = BrokerConfig.load(config_path, overrides)
+    except ConfigError as e:
+        click.echo(f"strom: {e}", err=True)
+        sys.exit(2)
+    from strom.broker.server import run_broker
+
+    run_broker(config)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Cluster metadata: brokers, topics, topic ids, partition counts, topic configs, producer id blocks.
+
+All access to cluster metadata goes through ``MetadataStore``. ``LocalMetadataStore`` keeps it in one
+JSON document in the first log directory, replaced atomically on every change; a ZooKeeper-backed
+store can implement the same interface for a multi-broker cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+METADATA_FILE = "strom-cluster-metadata.json"
+
+
+class InvalidTopicName(ValueError):
+    pass
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1-249 chars of [a-zA-Z0-9._-], and not '.' or '..'."""
+    if not name:
+        raise InvalidTopicName("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicName(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicName(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicName(f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class MetadataStore(Protocol):
+    cluster_id: str
+
+    def topics(self) -> dict[str, TopicInfo]: ...
+    def get_topic(self, name: str) -> TopicInfo | None: ...
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False) -> TopicInfo: ...
+    def delete_topic(self, name: str) -> None: ...
+    def set_partition_count(self, name: str, partitions: int) -> None: ...
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    def allocate_producer_id(self) -> int: ...
+
+
+class LocalMetadataStore:
+    """Single-broker metadata in a JSON file (written .tmp, fsync, rename, fsync dir)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / METADATA_FILE
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._next_producer_id = 0
+        self.cluster_id = ""
+        directory.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            self.cluster_id = _new_cluster_id()
+            self._save()
+            return
+        doc = json.loads(self.path.read_text())
+        self.cluster_id = doc["cluster_id"]
+        self._next_producer_id = int(doc.get("next_producer_id", 0))
+        for t in doc.get("topics", []):
+            info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), int(t["partitions"]), dict(t.get("configs", {})),
+                             bool(t.get("internal", False)))
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
+
+    def _save(self) -> None:
+        doc = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self._next_producer_id,
+            "topics": [
+                {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs,
+                 "internal": t.internal}
+                for t in self._topics.values()
+            ],
+        }
+        atomic_write(self.path, json.dumps(doc, indent=1).encode())
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
+                     topic_id: uuid.UUID | None = None) -> TopicInfo:
+        info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs), internal)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        self._save()
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self._topics.pop(name, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+            self._save()
+
+    def set_partition_count(self, name: str, partitions: int) -> None:
+        self._topics[name].partitions = partitions
+        self._save()
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self._topics[name].configs = dict(configs)
+        self._save()
+
+    def allocate_producer_id(self) -> int:
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        self._save()
+        return pid
+
+
+def _new_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write .tmp, fsync, rename over, fsync the directory: the file is either old or new after a crash."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
