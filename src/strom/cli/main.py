@@ -44,6 +44,14 @@ def broker(config_path: Path | None, overrides: tuple[str, ...], log_level: str)
     run_broker(config)
 
 
+def _register_commands() -> None:
+    """Command families live in their own modules; each adds one line here."""
+    # (registrations)
+
+
+_register_commands()
+
+
 def main() -> None:
     cli()
 

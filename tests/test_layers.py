@@ -1,0 +1,58 @@
+"""Dependencies point down only (DESIGN.md "Layers"): checked by walking every module's imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "strom"
+
+# layer -> strom packages it must not import
+FORBIDDEN: dict[str, set[str]] = {
+    "protocol": {"records", "storage", "cluster", "coordinator", "broker", "cli", "admin", "spark", "config"},
+    "records": {"protocol", "storage", "cluster", "coordinator", "broker", "cli", "admin", "spark", "config"},
+    "storage": {"protocol", "cluster", "coordinator", "broker", "cli", "admin", "spark", "config"},
+    "cluster": {"coordinator", "broker", "cli", "admin", "spark"},
+    "coordinator": {"cluster", "cli", "admin", "spark"},
+    "broker": {"cli", "admin", "spark"},
+}
+NO_ASYNCIO = {"protocol", "records"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_layers_point_down() -> None:
+    violations = []
+    checked = 0
+    for layer, forbidden in FORBIDDEN.items():
+        for path in (SRC / layer).rglob("*.py"):
+            checked += 1
+            for name in _imports(path):
+                parts = name.split(".")
+                if parts[0] == "strom" and len(parts) > 1 and parts[1] in forbidden:
+                    violations.append(f"{path.relative_to(SRC)} imports {name}")
+                if layer in NO_ASYNCIO and parts[0] == "asyncio":
+                    violations.append(f"{path.relative_to(SRC)} imports asyncio (sans-IO layer)")
+    assert checked > 10
+    assert violations == []
+
+
+def test_coordinator_state_machine_does_not_touch_broker() -> None:
+    # The coordinator's pure part takes time as an argument; only its runtime may know the broker.
+    offenders = []
+    for path in (SRC / "coordinator").rglob("*.py"):
+        if path.name == "runtime.py":
+            continue
+        for name in _imports(path):
+            if name.startswith("strom.broker") or name == "asyncio":
+                offenders.append(f"{path.name}: {name}")
+    assert offenders == []

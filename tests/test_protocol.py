@@ -1,0 +1,71 @@
+"""Sans-IO protocol layer: framing fed one byte at a time, header handling, response building."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+from strom.protocol import wire
+from strom.protocol.build import build
+
+
+def test_frames_fed_one_byte_at_a_time() -> None:
+    body = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="t"),), allow_auto_topic_creation=True,
+                           include_topic_authorized_operations=False)
+    frame = wire.encode_request(3, 12, 42, "client-1", body)
+    stream = frame * 3
+    dec = wire.FrameDecoder(1 << 20)
+    frames = []
+    for i in range(len(stream)):
+        frames += dec.feed(stream[i : i + 1])
+    assert len(frames) == 3 and dec.buffered == 0
+    prefix = wire.read_prefix(frames[0])
+    assert (prefix.api_key, prefix.api_version, prefix.correlation_id) == (3, 12, 42)
+    header, request = wire.decode_request(prefix, frames[1])
+    assert header.client_id == "client-1"
+    assert request.topics[0].name == "t"
+
+
+def test_client_id_is_classic_string_in_header_v2() -> None:
+    frame = wire.encode_request(18, 3, 7, "abc", ApiVersionsRequest(client_software_name="x",
+                                                                     client_software_version="1"))
+    # size(4) api_key(2) version(2) correlation(4) then int16 length 3 and "abc"
+    assert frame[12:14] == struct.pack(">h", 3) and frame[14:17] == b"abc"
+
+
+def test_oversized_frame_is_refused() -> None:
+    dec = wire.FrameDecoder(1000)
+    with pytest.raises(wire.FrameTooLarge):
+        dec.feed(struct.pack(">i", 2**31 - 1))
+    with pytest.raises(wire.FrameTooLarge):
+        wire.FrameDecoder(1000).feed(struct.pack(">i", -1))
+
+
+def test_trailing_garbage_is_a_bad_request() -> None:
+    frame = wire.encode_request(18, 3, 1, None, ApiVersionsRequest(client_software_name="x",
+                                                                    client_software_version="1"))
+    payload = frame[4:] + b"\x00\x01"
+    with pytest.raises(wire.BadRequest):
+        wire.decode_request(wire.read_prefix(payload), payload)
+
+
+def test_api_versions_response_header_is_v0_even_when_flexible() -> None:
+    cls = wire.response_class(18, 3)
+    resp = build(cls, {"error_code": 0, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 4}]})
+    data = wire.encode_response(18, 3, 99, resp)
+    size, corr = struct.unpack_from(">ii", data)
+    assert size == len(data) - 4 and corr == 99
+    assert data[8:10] == b"\x00\x00"  # error code straight after the correlation id: no tag byte
+    _, decoded = wire.decode_response(18, 3, data[4:])
+    assert decoded.api_keys[0].max_version == 4
+
+
+def test_build_fills_missing_fields_and_drops_unknown() -> None:
+    cls = wire.response_class(3, 0)
+    resp = build(cls, {"brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": "r"}], "topics": [],
+                       "cluster_id": "ignored in v0"})
+    assert resp.brokers[0].port == 9
+    assert not hasattr(resp, "cluster_id")
