@@ -249,8 +249,8 @@ def test_absurd_lengths(abused: Abused, case: str) -> None:
         "metadata_v1_max_topics": lambda: _metadata_v1_absurd(int_max),
         "metadata_v1_max_topics_with_data": lambda: _metadata_v1_absurd(int_max, struct.pack(">h", 3) + b"abc" * 30000),
         "metadata_v1_negative": lambda: _metadata_v1_absurd(-7),
-        # Flexible: compact array length as a varint of 2^32-1, header v2.
-        "metadata_v9_compact": lambda: frame(3, 9, 9, b"\xff\xff\xff\xff\x0f" + b"\x00" * 8, flexible_header=True),
+        # Flexible: compact array length as a varint of 2^31, header v2.
+        "metadata_v9_compact": lambda: frame(3, 9, 9, b"\x80\x80\x80\x80\x08" + b"\x00" * 8, flexible_header=True),
         # Produce v3: transactional id null, acks, timeout, topic array count.
         "produce_topics": lambda: frame(0, 3, 9, struct.pack(">hhii", -1, 1, 1000, int_max)),
         "produce_records_len": lambda: frame(0, 3, 9, struct.pack(">hhii", -1, 1, 1000, 1) + struct.pack(">h", 6)
@@ -269,6 +269,35 @@ def test_absurd_lengths(abused: Abused, case: str) -> None:
             assert int(c.api_versions().error_code) == 0
     assert abused.broker.rss_bytes() < rss_before + 50 * 1024 * 1024
     abused.assert_healthy()
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def test_huge_compact_lengths_do_not_kill_the_broker(broker) -> None:
+    """Flexible versions encode array lengths as unsigned varints; values near and above 2^32 must be refused
+    before anything is allocated for them (on its own broker: a failure here must not take the others down)."""
+    for n in (2**31, 2**32 - 2, 2**32 - 1, 2**32, 2**35 - 1):
+        length = _uvarint(n)
+        frames = [
+            frame(3, 9, 1, length + b"\x00" * 8, flexible_header=True),  # Metadata v9 topics
+            frame(0, 9, 2, b"\x00" + struct.pack(">hi", 1, 1000) + length + b"\x00" * 8, flexible_header=True),  # Produce
+            frame(18, 3, 3, length + b"x" * 8, flexible_header=True),  # ApiVersions v3 client software name
+        ]
+        for data in frames:
+            with RawConnection(broker.bootstrap) as c:
+                c.send_bytes(data)
+                error_or_close(c, struct.unpack_from(">i", data, 8)[0])
+            assert broker.alive(), f"broker died on a compact length of {n}:\n" + broker.log_text()[-2000:]
+    with RawConnection(broker.bootstrap) as c:
+        assert int(c.api_versions().error_code) == 0
+    assert broker.rss_bytes() < RSS_LIMIT
 
 
 def test_corrupt_batches_are_refused_and_log_unchanged(abused: Abused) -> None:
