@@ -1,0 +1,161 @@
+"""GroupCoordinatorShard: the whole group coordinator as one pure state machine.
+
+Every operation takes the time (ms) and returns a CoordinatorResult. ``replay`` rebuilds the state
+from __consumer_offsets records at start; ``tick`` fires expired timers (session timeouts,
+rebalance deadlines, offset retention). One instance serves every __consumer_offsets partition of
+this broker (a single broker leads them all).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from strom.coordinator import records as rec
+from strom.coordinator.api import (
+    DescribedGroup,
+    FetchedOffset,
+    JoinGroupRequestData,
+    ListedGroup,
+    MemberDescription,
+    MemberIdentity,
+    OffsetCommitRequestData,
+    SyncGroupRequestData,
+)
+from strom.coordinator.classic import ClassicGroupManager
+from strom.coordinator.config import GroupConfig
+from strom.coordinator.group import ClassicGroup, GroupState, Token, TopicPartition
+from strom.coordinator.offsets import OffsetManager
+from strom.coordinator.result import CoordinatorResult
+from strom.coordinator.timers import TimerQueue
+from strom.protocol.errors import ErrorCode as E
+
+log = logging.getLogger("strom.coordinator")
+
+S = GroupState
+EXPIRE_OFFSETS_KEY = ("expire-offsets",)
+
+
+class GroupCoordinatorShard:
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+        self.groups: dict[str, ClassicGroup] = {}
+        self.timers = TimerQueue()
+        self.classic = ClassicGroupManager(config, self.groups, self.timers)
+        self.offsets = OffsetManager(config, self.groups, self.classic)
+
+    # ------------------------------------------------------------------ loading
+
+    def replay(self, key: bytes, value: bytes | None, now: int) -> None:
+        """Apply one __consumer_offsets record (at load, and after appending an offset commit)."""
+        k = rec.decode_key(key)
+        if isinstance(k, rec.OffsetCommitKey):
+            self.offsets.replay(k, None if value is None else rec.decode_offset_commit_value(value), now)
+        elif isinstance(k, rec.GroupMetadataKey):
+            group = self.groups.get(k.group)
+            if value is None:
+                if group is not None:
+                    # The group's membership is gone; offsets have their own tombstones.
+                    fresh = ClassicGroup(k.group, state_timestamp=-1, offsets=group.offsets)
+                    self.groups[k.group] = fresh
+                    self.classic.drop_if_unused(fresh)
+                return
+            if group is None:
+                group = self.groups[k.group] = ClassicGroup(k.group)
+            self.classic.load_group(rec.decode_group_metadata_value(value), group)
+
+    def loaded(self, now: int) -> None:
+        """Loading is over: start the loaded members' session clocks and the retention timer."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self.classic.reschedule_heartbeat(now, group, member)
+        self.timers.schedule(EXPIRE_OFFSETS_KEY, now + self.config.offsets_retention_check_interval_ms)
+
+    # ------------------------------------------------------------------ group membership
+
+    def join_group(self, now: int, token: Token, req: JoinGroupRequestData) -> CoordinatorResult:
+        return self.classic.join_group(now, token, req)
+
+    def sync_group(self, now: int, token: Token, req: SyncGroupRequestData) -> CoordinatorResult:
+        return self.classic.sync_group(now, token, req)
+
+    def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
+        return self.classic.heartbeat(now, group_id, member_id, instance_id, generation)
+
+    def leave_group(self, now: int, token: Token, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult:
+        return self.classic.leave_group(now, token, group_id, members)
+
+    # ------------------------------------------------------------------ offsets
+
+    def commit_offsets(self, now: int, token: Token, req: OffsetCommitRequestData) -> CoordinatorResult:
+        return self.offsets.commit(now, token, req)
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> list[FetchedOffset]:
+        return self.offsets.fetch(group_id, partitions)
+
+    def delete_offsets(self, now: int, token: Token, group_id: str,
+                       partitions: list[TopicPartition]) -> CoordinatorResult:
+        return self.offsets.delete_offsets(now, token, group_id, partitions)
+
+    def delete_groups(self, now: int, token: Token, group_ids: list[str]) -> CoordinatorResult:
+        return self.offsets.delete_groups(now, token, group_ids)
+
+    # ------------------------------------------------------------------ describing
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(S.DEAD):
+            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "")
+        stable = group.is_in(S.STABLE)
+        # Like Kafka: member metadata and assignments only once the group is Stable.
+        members = tuple(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata_for(group.protocol_name) if stable else b"",
+                              m.assignment if stable else b"")
+            for m in group.members.values()
+        )
+        protocol = (group.protocol_name or "") if stable else ""
+        return DescribedGroup(group_id, E.none, group.state.value, group.protocol_type or "", protocol, members)
+
+    def list_groups(self, states: set[str] | None = None, types: set[str] | None = None) -> list[ListedGroup]:
+        wanted_states = {s.lower() for s in states} if states else None
+        wanted_types = {t.lower() for t in types} if types else None
+        out = []
+        for group in self.groups.values():
+            if group.is_in(S.DEAD):
+                continue
+            if wanted_states is not None and group.state.value.lower() not in wanted_states:
+                continue
+            if wanted_types is not None and "classic" not in wanted_types:
+                continue
+            out.append(ListedGroup(group.group_id, group.protocol_type or "", group.state.value))
+        return out
+
+    # ------------------------------------------------------------------ time
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    def tick(self, now: int) -> CoordinatorResult:
+        res = CoordinatorResult()
+        while (key := self.timers.pop_expired(now)) is not None:
+            res.merge(self._fire(now, key))
+        return res
+
+    def _fire(self, now: int, key: object) -> CoordinatorResult:
+        assert isinstance(key, tuple)
+        kind = key[0]
+        if kind == "expire-offsets":
+            self.timers.schedule(EXPIRE_OFFSETS_KEY, now + self.config.offsets_retention_check_interval_ms)
+            return self.offsets.expire(now)
+        group = self.groups.get(key[1])
+        if group is None:
+            return CoordinatorResult()
+        if kind == "heartbeat":
+            return self.classic.on_heartbeat_expired(now, group, key[2])
+        if kind == "pending-member":
+            return self.classic.on_pending_member_expired(now, group, key[2])
+        if kind == "join":
+            return self.classic.on_join_expired(now, group)
+        if kind == "sync":
+            return self.classic.on_sync_expired(now, group, key[2])
+        raise AssertionError(f"unknown timer {key!r}")
