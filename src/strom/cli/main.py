@@ -47,6 +47,9 @@ def broker(config_path: Path | None, overrides: tuple[str, ...], log_level: str)
 def _register_commands() -> None:
     """Command families live in their own modules; each adds one line here."""
     # (registrations)
+    from strom.cli.topics import topics; cli.add_command(topics)  # noqa: E702, I001
+    from strom.cli.produce import produce; cli.add_command(produce)  # noqa: E702, I001
+    from strom.cli.consume import consume; cli.add_command(consume)  # noqa: E702, I001
 
 
 _register_commands()

@@ -1,0 +1,328 @@
+"""Shared pieces of the client commands (topics, produce, consume): the connection options, client
+configs built on confluent-kafka, a bounded reachability check and one-line error reporting.
+
+Every client command fails with one line on stderr and a non-zero exit: 1 for a runtime failure
+(broker unreachable, missing topic, refused request), 2 for a bad command line. Set STROM_DEBUG=1
+to see librdkafka's log and Python tracebacks instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.console import Console
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_CONNECT_TIMEOUT = 8.0
+BOOTSTRAP_ENVVAR = "STROM_BOOTSTRAP_SERVER"
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("STROM_DEBUG", "") not in ("", "0")
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors: one line, non-zero exit
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class Failure(click.ClickException):
+    """A runtime failure reported as ``Error: <message>`` on stderr, exit code 1."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_one_line(message))
+
+
+class OneLineUsageError(click.UsageError):
+    """A bad command line, reported in one line (click's default prints usage and a hint as well)."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (try '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"Error: {_one_line(self.format_message())}{hint}", err=True)
+
+
+def _convert_usage_error(e: click.UsageError) -> click.UsageError:
+    if isinstance(e, OneLineUsageError | click.exceptions.NoArgsIsHelpError):
+        return e
+    return OneLineUsageError(e.format_message(), e.ctx or click.get_current_context(silent=True))
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe (``strom consume ... | head``): point stdout at /dev/null so the interpreter's
+    final flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _run_guarded(invoke: Callable[[], Any]) -> Any:
+    from confluent_kafka import KafkaException
+
+    try:
+        return invoke()
+    except click.UsageError as e:
+        raise _convert_usage_error(e) from None
+    except (click.ClickException, click.exceptions.Exit, click.Abort):
+        raise
+    except KafkaException as e:
+        if debug_enabled():
+            raise
+        raise Failure(kafka_error_message(e.args[0] if e.args else e)) from None
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(130) from None
+    except BrokenPipeError:
+        _silence_stdout()
+        raise click.exceptions.Exit(0) from None
+    except Exception as e:
+        if debug_enabled():
+            raise
+        raise Failure(f"unexpected {type(e).__name__}: {e} (set STROM_DEBUG=1 for details)") from None
+
+
+class StromCommand(click.Command):
+    """A click command whose usage errors and failures are one line, never a traceback."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _convert_usage_error(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return _run_guarded(lambda: super(StromCommand, self).invoke(ctx))
+
+
+class StromGroup(click.Group):
+    """A command group with the same one-line errors (also for an unknown subcommand)."""
+
+    command_class = StromCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _convert_usage_error(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return _run_guarded(lambda: super(StromGroup, self).invoke(ctx))
+
+
+# --------------------------------------------------------------------------------------------------
+# Connection options and client configs
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    properties: dict[str, str] = field(default_factory=dict)
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+
+    @property
+    def plaintext(self) -> bool:
+        return self.properties.get("security.protocol", "plaintext").lower() == "plaintext"
+
+
+def parse_key_value(text: str, option: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"expected KEY=VALUE, got {text!r}", param_hint=option)
+    return key, value
+
+
+def parse_key_values(values: Iterable[str], option: str) -> list[tuple[str, str]]:
+    return [parse_key_value(v, option) for v in values]
+
+
+def client_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--bootstrap-server``, ``-X/--property`` and ``--connect-timeout``; the command receives them
+    as one ``client: ClientOptions`` argument."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bootstrap = kwargs.pop("bootstrap_server")
+        props = dict(parse_key_values(kwargs.pop("client_properties"), "-X/--property"))
+        timeout = kwargs.pop("connect_timeout")
+        return f(*args, client=ClientOptions(bootstrap, props, timeout), **kwargs)
+
+    wrapper = click.option(
+        "--connect-timeout", type=click.FloatRange(min=0.5), default=DEFAULT_CONNECT_TIMEOUT, show_default=True,
+        metavar="SECONDS", help="Give up on an unreachable broker after this long.",
+    )(wrapper)
+    wrapper = click.option(
+        "-X", "--property", "client_properties", multiple=True, metavar="KEY=VALUE",
+        help="Extra librdkafka client property (repeatable), e.g. -X security.protocol=ssl.",
+    )(wrapper)
+    wrapper = click.option(
+        "-b", "--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True, envvar=BOOTSTRAP_ENVVAR,
+        show_envvar=True, metavar="HOST:PORT[,...]", help="Broker(s) to connect to.",
+    )(wrapper)
+    return wrapper
+
+
+_quiet_logger: logging.Logger | None = None
+
+
+def _librdkafka_logger() -> logging.Logger:
+    """librdkafka logs to stderr by default; route it to a logger that only speaks with STROM_DEBUG=1."""
+    global _quiet_logger
+    if _quiet_logger is None:
+        _quiet_logger = logging.getLogger("strom.cli.librdkafka")
+        _quiet_logger.propagate = False
+        if debug_enabled():
+            handler: logging.Handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+            _quiet_logger.setLevel(logging.DEBUG)
+        else:
+            handler = logging.NullHandler()
+        _quiet_logger.addHandler(handler)
+    return _quiet_logger
+
+
+def base_config(opts: ClientOptions, **overrides: Any) -> dict[str, Any]:
+    timeout_ms = int(opts.connect_timeout * 1000)
+    config: dict[str, Any] = {
+        "bootstrap.servers": opts.bootstrap,
+        "client.id": "strom-cli",
+        "socket.connection.setup.timeout.ms": max(1000, timeout_ms),
+        "logger": _librdkafka_logger(),
+        # Looking a topic up must never create it: only the producer opts back in.
+        "allow.auto.create.topics": False,
+    }
+    config.update(overrides)
+    config.update(opts.properties)
+    return config
+
+
+def admin_client(opts: ClientOptions) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    check_reachable(opts)
+    try:
+        return AdminClient(base_config(opts))
+    except Exception as e:  # bad -X property
+        raise Failure(f"cannot create client: {e}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Reachability and metadata
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for item in bootstrap.split(","):
+        item = item.strip()
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise Failure(f"bad bootstrap server {item!r}: expected HOST:PORT")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise Failure("no bootstrap server given")
+    return out
+
+
+def check_reachable(opts: ClientOptions) -> None:
+    """Fail fast, in one line, when no bootstrap address accepts a TCP connection."""
+    reasons: list[str] = []
+    for host, port in bootstrap_addresses(opts.bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=min(opts.connect_timeout, 10.0)):
+                return
+        except TimeoutError:
+            reasons.append(f"no answer within {opts.connect_timeout:g}s")
+        except OSError as e:
+            reasons.append((e.strerror or str(e)).lower())
+    raise Failure(f"cannot reach broker at {opts.bootstrap} ({'; '.join(dict.fromkeys(reasons))})")
+
+
+def kafka_error_message(err: Any) -> str:
+    """A KafkaError (or anything) as one readable line."""
+    text = err.str() if hasattr(err, "str") else str(err)
+    name = err.name() if hasattr(err, "name") else ""
+    if name and name not in text:
+        text = f"{text} ({name})"
+    return _one_line(text)
+
+
+def is_unsupported(err: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    code = err.code() if hasattr(err, "code") else None
+    return code in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION)
+
+
+def fetch_metadata(client: Any, opts: ClientOptions, topic: str | None = None) -> Any:
+    """Cluster metadata (optionally for one topic), bounded by the connect timeout."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        return client.list_topics(topic, timeout=opts.connect_timeout)
+    except KafkaException as e:
+        err = e.args[0]
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
+            raise Failure(f"cannot reach broker at {opts.bootstrap} (no metadata within "
+                          f"{opts.connect_timeout:g}s: {err.str()})") from None
+        raise Failure(f"cannot get metadata from {opts.bootstrap}: {kafka_error_message(err)}") from None
+
+
+def topic_metadata(client: Any, opts: ClientOptions, topic: str, retries: float = 5.0) -> Any:
+    """The topic's metadata, or a one-line failure if it does not exist. A topic that is being created
+    (LEADER_NOT_AVAILABLE) is waited for up to ``retries`` seconds."""
+    import time
+
+    from confluent_kafka import KafkaError
+
+    deadline = time.monotonic() + retries
+    while True:
+        md = fetch_metadata(client, opts, topic)
+        tmd = md.topics.get(topic)
+        err = tmd.error if tmd is not None else None
+        if tmd is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise Failure(f"topic '{topic}' does not exist")
+        if err is None and tmd.partitions:
+            return tmd
+        if time.monotonic() > deadline:
+            if err is not None:
+                raise Failure(f"topic '{topic}': {kafka_error_message(err)}")
+            raise Failure(f"topic '{topic}' has no partitions")
+        time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+
+
+def out_console() -> Console:
+    """Console for results on stdout; wide when piped so tables are not squeezed to 80 columns."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200), color_system=None,
+                   soft_wrap=False)
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def note(message: str) -> None:
+    """A status line on stderr (keeps stdout clean for data)."""
+    err_console().print(message, markup=False)
