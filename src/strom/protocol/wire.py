@@ -89,8 +89,9 @@ def decode_request(prefix: RequestPrefix, frame: bytes) -> tuple[Any, Any]:
         raise
     except Exception as e:  # kio raises a variety of errors on malformed input
         raise BadRequest(f"cannot decode api_key={prefix.api_key} v{prefix.api_version}: {e!r}") from None
-    if size + body_size != len(frame):
-        raise BadRequest(f"{len(frame) - size - body_size} trailing bytes after api_key={prefix.api_key} request")
+    if size + body_size > len(frame):
+        raise BadRequest(f"api_key={prefix.api_key} request is longer than its frame")
+    # Trailing bytes are tolerated like Kafka does: librdkafka's all-topics Metadata v12 carries some.
     return header, body
 
 

@@ -11,6 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from strom.records.batch import InvalidRecordBatch, iter_batches
+from strom.storage.producer_state import SequenceStatus
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -68,14 +69,16 @@ def append_partition(broker: Broker, plog: PartitionLog, index: int, records: by
         if h.producer_id < 0:
             continue
         check = state.check(h)
-        if check.duplicate:
+        if check.status is SequenceStatus.DUPLICATE:
             if len(headers) == 1:
                 return _result(index, NONE, check.first_offset, plog.log_start_offset)
             return _result(index, INVALID_RECORD, message="duplicate batch mixed with new batches")
-        if check.error == "out_of_order_sequence":
-            return _result(index, OUT_OF_ORDER_SEQUENCE_NUMBER, message=check.message)
-        if check.error == "invalid_producer_epoch":
-            return _result(index, INVALID_PRODUCER_EPOCH, message=check.message)
+        if check.status is SequenceStatus.OUT_OF_ORDER_SEQUENCE:
+            return _result(index, OUT_OF_ORDER_SEQUENCE_NUMBER,
+                           message=f"out of order sequence {h.base_sequence} for producer {h.producer_id}")
+        if check.status is SequenceStatus.INVALID_PRODUCER_EPOCH:
+            return _result(index, INVALID_PRODUCER_EPOCH,
+                           message=f"producer epoch {h.producer_epoch} is older than the current one")
     info = plog.append(buf, headers, leader_epoch=0)
     broker.purgatory.notify((plog.topic, plog.partition))
     return _result(index, NONE, info.first_offset, info.log_start_offset, info.log_append_time)
