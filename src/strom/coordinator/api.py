@@ -6,12 +6,20 @@ the state machine sees neither wire versions nor kio.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 
 from strom.protocol.errors import ErrorCode
 
 NO_GENERATION = -1
 UNKNOWN_MEMBER_ID = ""
+
+
+def duration_ms(value: datetime.timedelta | int) -> int:
+    """kio gives durations as timedelta; the coordinator counts milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,56 @@
+"""FindCoordinator (10): this broker coordinates every group (and transaction) key.
+
+v0-3 ask for one key, v4+ for a batch. Like Kafka, looking up a group coordinator is when
+__consumer_offsets gets created.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.runtime import coordinator_of
+from strom.protocol.errors import ErrorCode as E
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 10
+MIN_VERSION = 0
+MAX_VERSION = 6
+
+GROUP, TRANSACTION = 0, 1
+log = logging.getLogger("strom.coordinator")
+
+
+def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
+    if key_type not in (GROUP, TRANSACTION):
+        return E.invalid_request, f"unsupported coordinator key type {key_type}"
+    if key_type == GROUP:
+        coord = coordinator_of(broker)
+        if coord is None:
+            return E.coordinator_not_available, "the group coordinator is loading"
+        try:
+            coord.find_coordinator()
+        except Exception as e:  # the offsets topic could not be created
+            log.error("cannot create __consumer_offsets: %s", e)
+            return E.coordinator_not_available, str(e)
+    return E.none, None
+
+
+def _entry(broker: Broker, error: E, message: str | None) -> dict[str, Any]:
+    if error is not E.none:
+        return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
+    node = broker.node
+    return {"error_code": E.none, "error_message": None, "node_id": node.broker_id, "host": node.host,
+            "port": node.port}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    key_type = getattr(request, "key_type", GROUP)
+    error, message = _lookup(broker, key_type)
+    if ctx.api_version >= 4:
+        return {"throttle_time": 0,
+                "coordinators": [{"key": k, **_entry(broker, error, message)} for k in request.coordinator_keys]}
+    return {"throttle_time": 0, **_entry(broker, error, message)}

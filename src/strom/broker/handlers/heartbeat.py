@@ -1,0 +1,25 @@
+"""Heartbeat (12): keeps a member's session alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.runtime import coordinator_of
+from strom.protocol.errors import ErrorCode as E
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 12
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = coordinator_of(broker)
+    if coord is None:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
+    error = coord.heartbeat(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                            request.generation_id)
+    return {"throttle_time": 0, "error_code": error}

@@ -1,0 +1,49 @@
+"""OffsetCommit (8): store committed offsets; answered once they are in __consumer_offsets.
+
+v2-4 carry a retention time, which is ignored (as Kafka does since 2.1: offsets expire
+offsets.retention.minutes after their group became empty).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.api import OffsetCommitPartition, OffsetCommitRequestData, PartitionError
+from strom.coordinator.runtime import coordinator_of
+from strom.protocol.errors import ErrorCode as E
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 8
+MIN_VERSION = 2
+MAX_VERSION = 9
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = coordinator_of(broker)
+    known: list[OffsetCommitPartition] = []
+    errors: dict[tuple[str, int], E] = {}
+    order: list[tuple[str, int]] = []
+    for t in request.topics:
+        topic = broker.metadata.get_topic(t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            order.append(tp)
+            if coord is None:
+                errors[tp] = E.coordinator_not_available
+            elif topic is None or not 0 <= p.partition_index < topic.partitions:
+                errors[tp] = E.unknown_topic_or_partition
+            else:
+                known.append(OffsetCommitPartition(t.name, p.partition_index, p.committed_offset,
+                                                   getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    if coord is not None and known:
+        req = OffsetCommitRequestData(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                                      request.generation_id_or_member_epoch, known)
+        results: list[PartitionError] = await coord.commit_offsets(req)
+        errors.update({(r.topic, r.partition): r.error for r in results})
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for name, partition in order:
+        topics.setdefault(name, []).append({"partition_index": partition, "error_code": errors[(name, partition)]})
+    return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}

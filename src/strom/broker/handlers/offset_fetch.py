@@ -1,0 +1,49 @@
+"""OffsetFetch (9): committed offset, leader epoch and metadata per partition; -1 where none.
+
+v1-7 ask for one group, v8+ for several. A null topic list (v2+) means every committed partition.
+require_stable is accepted and needs nothing: offsets become visible only once written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.api import FetchedOffset
+from strom.coordinator.runtime import GroupCoordinatorRuntime, coordinator_of
+from strom.protocol.errors import ErrorCode as E
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 9
+MIN_VERSION = 1
+MAX_VERSION = 9
+
+
+def _fetch_group(coord: GroupCoordinatorRuntime | None, group_id: str, topics: Any) -> tuple[E, list[dict[str, Any]]]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    if coord is None:
+        fetched = [FetchedOffset(t, p, error=E.coordinator_not_available) for t, p in (wanted or [])]
+        error = E.coordinator_not_available
+    else:
+        fetched = coord.fetch_offsets(group_id, wanted)
+        error = E.none
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for f in fetched:
+        by_topic.setdefault(f.topic, []).append({
+            "partition_index": f.partition, "committed_offset": f.offset, "committed_leader_epoch": f.leader_epoch,
+            "metadata": f.metadata, "error_code": f.error})
+    return error, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = coordinator_of(broker)
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            error, topics = _fetch_group(coord, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
+        return {"throttle_time": 0, "groups": groups}
+    error, topics = _fetch_group(coord, request.group_id, request.topics)
+    return {"throttle_time": 0, "topics": topics, "error_code": error}

@@ -1,0 +1,38 @@
+"""SyncGroup (14): the leader hands in the assignment; every member gets its own share back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.api import SyncGroupRequestData, SyncGroupResult
+from strom.coordinator.runtime import coordinator_of
+from strom.protocol.errors import ErrorCode as E
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 14
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord = coordinator_of(broker)
+    if coord is None:
+        return _response(SyncGroupResult(E.coordinator_not_available))
+    req = SyncGroupRequestData(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
+    return _response(await coord.sync_group(req))
+
+
+def _response(r: SyncGroupResult) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": r.error, "protocol_type": r.protocol_type,
+            "protocol_name": r.protocol_name, "assignment": r.assignment}
