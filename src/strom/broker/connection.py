@@ -11,7 +11,7 @@ import asyncio
 import collections
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from strom.broker.context import RequestContext
 from strom.protocol import wire
@@ -40,8 +40,8 @@ class KafkaConnection(asyncio.Protocol):
 
     # asyncio.Protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCPTransport is not an asyncio.Transport subclass, so no isinstance check here.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
