@@ -109,7 +109,7 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
         if p.name in data:
             value = data[p.name]
             if p.nested is not None:
-                if p.is_array:
+                if p.is_array and value is not None:  # None: a null array (e.g. aborted_transactions)
                     value = tuple(v if isinstance(v, p.nested) else build(p.nested, v) for v in value)
                 elif value is not None and not isinstance(value, p.nested):
                     value = build(p.nested, value)
