@@ -7,6 +7,7 @@ import time
 import pytest
 from confluent_kafka import TopicPartition
 from helpers import (
+    Delivered,
     RawConnection,
     confluent_admin,
     confluent_consume,
@@ -71,9 +72,14 @@ def test_restart_with_many_segments_keeps_index_lookups(broker_factory) -> None:
     topic = "persist-segments"
     create_topics(bs, {topic: 2})
     t0 = int(time.time() * 1000) - 100_000
-    recs = [{"value": f"seg-{i:04d}".encode() * 8, "partition": i % 2, "timestamp": t0 + i * 10} for i in range(600)]
-    # One record per request so every record is its own batch (many batches, many index entries).
-    delivered = confluent_produce(bs, topic, recs, {"linger.ms": 0, "max.in.flight": 1})
+    # One record per batch (many batches, many index entries), two partitions alternating.
+    delivered = []
+    with RawConnection(bs) as raw:
+        for i in range(600):
+            value, ts = f"seg-{i:04d}".encode() * 8, t0 + i * 10
+            r = raw.produce(topic, i % 2, codec.build_batch([(None, value)], timestamp_ms=ts))
+            assert int(r.error_code) == 0
+            delivered.append(Delivered(None, value, i % 2, r.base_offset, [], ts))
     assert len(list((b.data_dir / f"{topic}-0").glob("*.log"))) > 3
     before = _snapshot(bs, topic, 2)
     assert b.stop() == 0
@@ -99,7 +105,7 @@ def test_restart_with_many_segments_keeps_index_lookups(broker_factory) -> None:
     c = Consumer({"bootstrap.servers": bs, "group.id": "persist-ts", "enable.auto.commit": False})
     try:
         found = c.offsets_for_times([TopicPartition(topic, 1, t0 + 401 * 10)], timeout=10)
-        assert found[0].offset == 201  # record 401 is the 201st of partition 1 (odd indexes)
+        assert found[0].offset == 200  # record 401 is at offset 200 of partition 1 (odd indexes)
     finally:
         c.close()
 
