@@ -41,6 +41,21 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
         started.append(b)
         return b.start()
 
+    make.started = started  # type: ignore[attr-defined]  # for the failure report below
     yield make  # type: ignore[misc]
     for b in started:
         b.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """When a test fails, attach the tail of the log of every broker it used to the report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        brokers = getattr(value, "started", None) or [value, getattr(value, "broker", None)]
+        for i, b in enumerate(brokers):
+            if isinstance(b, BrokerProcess) and b.log_lines:
+                report.sections.append((f"broker log: {name}[{i}] (last 60 lines)", "\n".join(b.log_lines[-60:])))
