@@ -146,3 +146,38 @@ def test_torn_tail_is_cut_at_restart(broker, kind: str, stop: str) -> None:
     broker.start()
     with RawConnection(bs) as raw:
         assert [r.value for r in raw.fetch_records(topic, 0)] == [v for _, v in before] + [b"after"]
+
+
+@pytest.mark.parametrize("damage", ["delete", "odd_size", "empty"])
+def test_damaged_index_files_are_rebuilt(broker_factory, damage: str) -> None:
+    """Indexes are derived data: missing or malformed index files are rebuilt from the log at start."""
+    b = broker_factory(overrides={"log.segment.bytes": "4096", "log.index.interval.bytes": "100"})
+    topic = "indexed"
+    create_topics(b.bootstrap, {topic: 1})
+    t0 = int(time.time() * 1000) - 50_000
+    with RawConnection(b.bootstrap) as raw:
+        for i in range(300):
+            batch = codec.build_batch([(None, f"idx-{i:04d}".encode() * 4)], timestamp_ms=t0 + i * 10)
+            assert raw.produce(topic, 0, batch).base_offset == i
+    assert b.stop() == 0
+    pdir = b.data_dir / f"{topic}-0"
+    indexes = sorted(pdir.glob("*.index")) + sorted(pdir.glob("*.timeindex"))
+    assert len(list(pdir.glob("*.log"))) > 3 and indexes
+    for f in indexes:
+        if damage == "delete":
+            f.unlink()
+        elif damage == "odd_size":
+            with f.open("ab") as fh:
+                fh.write(b"\x01\x02\x03")
+        else:
+            f.write_bytes(b"")
+    b.start()
+    with RawConnection(b.bootstrap) as raw:
+        for k in (0, 1, 77, 150, 151, 298, 299):
+            recs = raw.fetch_records(topic, 0, k)
+            assert recs[0].offset == k and recs[0].value == f"idx-{k:04d}".encode() * 4
+            assert raw.list_offset(topic, 0, t0 + k * 10)[0] == k
+            assert raw.list_offset(topic, 0, t0 + k * 10 - 5)[0] == k
+        assert raw.log_end_offset(topic, 0) == 300
+    d = confluent_produce(b.bootstrap, topic, [{"value": b"after"}])
+    assert d[0].offset == 300
