@@ -256,6 +256,16 @@ def _sizes(md: Any, tmd: Any, opts: ClientOptions) -> dict[int, int] | None:
     return sizes if answered else None
 
 
+def _config_source(source: Any) -> str:
+    """A config entry's source by Kafka's name; confluent-kafka gives it as a plain int."""
+    from confluent_kafka.admin import ConfigSource
+
+    try:
+        return str(ConfigSource(source).name)
+    except ValueError:
+        return str(getattr(source, "name", source))
+
+
 def _topic_configs(admin: Any, topic: str, all_configs: bool) -> tuple[dict[str, dict[str, Any]], str | None]:
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
@@ -267,9 +277,8 @@ def _topic_configs(admin: Any, topic: str, all_configs: bool) -> tuple[dict[str,
         return {}, kafka_error_message(err)
     out: dict[str, dict[str, Any]] = {}
     for name, entry in sorted(entries.items()):
-        override = entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG
-        if all_configs or override:
-            source = entry.source.name if hasattr(entry.source, "name") else str(entry.source)
+        source = _config_source(entry.source)
+        if all_configs or source == ConfigSource.DYNAMIC_TOPIC_CONFIG.name:
             out[name] = {"value": None if entry.is_sensitive else entry.value, "source": source}
     return out, None
 
@@ -317,9 +326,13 @@ def _print_described(d: dict[str, Any], bootstrap: str) -> None:
                   f"[bold]Replication factor:[/bold] {d['replication_factor']}", highlight=False)
     if d.get("configs_error"):
         console.print(f"Configs: unavailable ({d['configs_error']})", markup=False, highlight=False)
+    elif "config_sources" in d:
+        configs = Table("Config", "Value", "Source", title="Configs", title_justify="left")
+        for k, v in d["configs"].items():
+            configs.add_row(k, "(sensitive)" if v is None else v, d["config_sources"][k])
+        console.print(configs)
     elif d["configs"]:
-        sources = d.get("config_sources", {})
-        shown = ", ".join(f"{k}={v}" + (f" [{sources[k]}]" if k in sources else "") for k, v in d["configs"].items())
+        shown = ", ".join(f"{k}={'(sensitive)' if v is None else v}" for k, v in d["configs"].items())
         console.print(f"Configs: {shown}", markup=False, highlight=False)
     else:
         console.print("Configs: (no overrides)", markup=False, highlight=False)
