@@ -1,0 +1,265 @@
+"""`strom groups`: list, describe (with lag), reset offsets of, and delete consumer groups.
+
+Built on confluent-kafka's AdminClient, so it works against any Kafka-compatible broker, the way
+kafka-consumer-groups.sh does. Errors are one line on stderr and a nonzero exit.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+TIMEOUT_S = 15.0
+INACTIVE_STATES = {"EMPTY", "DEAD"}  # a reset is refused unless the group has no members
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(TIMEOUT_S * 1000)})
+
+
+def _fail(message: str) -> click.ClickException:
+    return click.ClickException(" ".join(str(message).split()))
+
+
+def _result(future: Any, what: str) -> Any:
+    try:
+        return future.result(timeout=TIMEOUT_S)
+    except Exception as e:
+        raise _fail(f"{what}: {_describe_error(e)}") from None
+
+
+def _describe_error(e: Exception) -> str:
+    from confluent_kafka import KafkaException
+
+    if isinstance(e, KafkaException) and e.args:
+        err = e.args[0]
+        if hasattr(err, "str"):
+            return str(err.str())
+    return str(e) or type(e).__name__
+
+
+def _state_name(state: Any) -> str:
+    return str(getattr(state, "name", state)).upper()
+
+
+@click.group("groups")
+@click.option("--bootstrap-server", "bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True,
+              help="Broker to connect to (host:port).")
+@click.pass_context
+def groups(ctx: click.Context, bootstrap: str) -> None:
+    """Consumer groups: list, describe, reset-offsets, delete."""
+    ctx.obj = {"bootstrap": bootstrap}
+
+
+@groups.command("list")
+@click.pass_context
+def list_groups(ctx: click.Context) -> None:
+    """List the consumer groups and their states."""
+    admin = _admin(ctx.obj["bootstrap"])  # held until the answer: a collected client cancels its requests
+    result = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S), "list groups")
+    if result.errors:
+        raise _fail(f"list groups: {_describe_error(result.errors[0])}")
+    table = Table("GROUP", "STATE", "TYPE")
+    for g in sorted(result.valid, key=lambda g: g.group_id):
+        kind = "simple" if g.is_simple_consumer_group else "consumer"
+        table.add_row(g.group_id, _state_name(g.state).title().replace("_", ""), kind)
+    Console().print(table)
+
+
+@dataclass
+class PartitionRow:
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | None
+    member: str = "-"
+    host: str = "-"
+    client_id: str = "-"
+
+    @property
+    def lag(self) -> int | None:
+        if self.log_end is None or self.committed is None:
+            return None
+        return max(self.log_end - self.committed, 0)
+
+
+def _committed_offsets(admin: Any, group: str, partitions: list[Any] | None = None) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)],
+                                                request_timeout=TIMEOUT_S)
+    res = _result(futures[group], f"committed offsets of {group}")
+    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0}
+
+
+def _list_offsets(admin: Any, tps: Iterable[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
+    from confluent_kafka import TopicPartition
+
+    wanted = {TopicPartition(t, p): spec for t, p in tps}
+    if not wanted:
+        return {}
+    futures = admin.list_offsets(wanted, request_timeout=TIMEOUT_S)
+    return {(tp.topic, tp.partition): _result(f, f"offsets of {tp.topic}-{tp.partition}").offset
+            for tp, f in futures.items()}
+
+
+@groups.command("describe")
+@click.argument("group")
+@click.pass_context
+def describe(ctx: click.Context, group: str) -> None:
+    """Members, assignment, committed offset, log end and lag per partition."""
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(ctx.obj["bootstrap"])
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
+    state = _state_name(desc.state)
+    if state == "DEAD":
+        raise _fail(f"consumer group '{group}' does not exist")
+    rows: dict[tuple[str, int], PartitionRow] = {}
+    for m in desc.members:
+        for tp in m.assignment.topic_partitions:
+            rows[(tp.topic, tp.partition)] = PartitionRow(tp.topic, tp.partition, None, None, m.member_id,
+                                                          m.host, m.client_id)
+    committed = _committed_offsets(admin, group)
+    for tp, offset in committed.items():
+        rows.setdefault(tp, PartitionRow(tp[0], tp[1], None, None)).committed = offset
+    for tp, end in _list_offsets(admin, rows, OffsetSpec.latest()).items():
+        rows[tp].log_end = end
+
+    console = Console()
+    console.print(f"Group [bold]{group}[/bold]  state {state.title().replace('_', '')}  "
+                  f"assignor {desc.partition_assignor or '-'}  members {len(desc.members)}")
+    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                  "CLIENT-ID")
+    for key in sorted(rows):
+        r = rows[key]
+        table.add_row(r.topic, str(r.partition), _fmt(r.committed), _fmt(r.log_end), _fmt(r.lag), r.member,
+                      r.host, r.client_id)
+    console.print(table)
+    unassigned = [m for m in desc.members if not m.assignment.topic_partitions]
+    for m in unassigned:
+        console.print(f"member {m.member_id} ({m.client_id}, {m.host}) has no partitions")
+
+
+def _fmt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _parse_topics(specs: tuple[str, ...], admin: Any) -> list[tuple[str, int]]:
+    """`--topic T` (all partitions) or `--topic T:0,2` (Kafka's syntax for some partitions)."""
+    out: list[tuple[str, int]] = []
+    # All topics: asking for one by name would auto-create it on brokers that allow that.
+    md = admin.list_topics(timeout=TIMEOUT_S)
+    for spec in specs:
+        name, _, parts = spec.partition(":")
+        topic = md.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise _fail(f"topic '{name}' does not exist")
+        if parts:
+            try:
+                wanted = [int(p) for p in parts.split(",")]
+            except ValueError:
+                raise _fail(f"bad partition list in '{spec}'") from None
+            missing = [p for p in wanted if p not in topic.partitions]
+            if missing:
+                raise _fail(f"topic '{name}' has no partition {missing[0]}")
+        else:
+            wanted = sorted(topic.partitions)
+        out.extend((name, p) for p in wanted)
+    return out
+
+
+def _parse_datetime(text: str) -> int:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise _fail(f"--to-datetime: '{text}' is not an ISO 8601 date-time") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # local time, like kafka-consumer-groups.sh
+    return int(when.timestamp() * 1000)
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", "topics", multiple=True, required=True, help="Topic, or topic:p1,p2 (repeatable).")
+@click.option("--to-earliest", is_flag=True, help="Reset to the log start offset.")
+@click.option("--to-latest", is_flag=True, help="Reset to the log end offset.")
+@click.option("--to-offset", type=int, default=None, help="Reset to this offset (clamped to the log).")
+@click.option("--to-datetime", default=None, help="Reset to the first offset at or after this ISO time.")
+@click.option("--shift-by", type=int, default=None, help="Move the committed offset by N (may be negative).")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
+@click.pass_context
+def reset_offsets(ctx: click.Context, group: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool,
+                  to_offset: int | None, to_datetime: str | None, shift_by: int | None, dry_run: bool) -> None:
+    """Set a group's committed offsets; refused while the group has active members."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    chosen = [n for n, v in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
+                             ("--to-offset", to_offset is not None), ("--to-datetime", to_datetime is not None),
+                             ("--shift-by", shift_by is not None)) if v]
+    if len(chosen) != 1:
+        raise _fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by")
+    admin = _admin(ctx.obj["bootstrap"])
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
+    state = _state_name(desc.state)
+    if state not in INACTIVE_STATES:
+        raise _fail(f"group '{group}' is active ({state.title().replace('_', '')}, {len(desc.members)} members): "
+                    "stop its consumers before resetting offsets")
+    tps = _parse_topics(topics, admin)
+    earliest = _list_offsets(admin, tps, OffsetSpec.earliest())
+    latest = _list_offsets(admin, tps, OffsetSpec.latest())
+    current = _committed_offsets(admin, group, [TopicPartition(t, p) for t, p in tps])
+
+    target: dict[tuple[str, int], int] = {}
+    if to_earliest:
+        target = dict(earliest)
+    elif to_latest:
+        target = dict(latest)
+    elif to_offset is not None:
+        target = {tp: to_offset for tp in tps}
+    elif to_datetime is not None:
+        found = _list_offsets(admin, tps, OffsetSpec.for_timestamp(_parse_datetime(to_datetime)))
+        target = {tp: off if off >= 0 else latest[tp] for tp, off in found.items()}
+    elif shift_by is not None:
+        for tp in tps:
+            if tp not in current:
+                raise _fail(f"cannot shift {tp[0]}-{tp[1]}: the group has no committed offset there")
+            target[tp] = current[tp] + shift_by
+    # Like Kafka's tool: never point outside the log.
+    target = {tp: min(max(off, earliest[tp]), latest[tp]) for tp, off in target.items()}
+
+    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+    for t, p in sorted(target):
+        table.add_row(t, str(p), _fmt(current.get((t, p))), str(target[(t, p)]))
+    console = Console()
+    console.print(table)
+    if dry_run:
+        console.print("dry run: nothing committed")
+        return
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in sorted(target.items())])
+    res = _result(admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[group],
+                  f"reset offsets of {group}")
+    failed = [tp for tp in res.topic_partitions if tp.error is not None]
+    if failed:
+        raise _fail(f"reset failed for {failed[0].topic}-{failed[0].partition}: {failed[0].error.str()}")
+    console.print(f"committed new offsets for {len(target)} partitions of group {group}")
+
+
+@groups.command("delete")
+@click.argument("group")
+@click.pass_context
+def delete(ctx: click.Context, group: str) -> None:
+    """Delete a group (it must have no members) and its committed offsets."""
+    admin = _admin(ctx.obj["bootstrap"])
+    _result(admin.delete_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"delete {group}")
+    click.echo(f"deleted group {group}")
