@@ -243,12 +243,14 @@ def test_pattern_subscription_picks_up_new_topic(gbroker: BrokerProcess) -> None
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("stop", ["restart", "sigkill"])
+@pytest.mark.parametrize("stop", ["restart", "sigkill", "sigkill-fsync"])
 def test_committed_offsets_survive_broker_restart(tmp_path: Path, stop: str) -> None:
+    """Clean restart; SIGKILL with commits in the page cache; SIGKILL with commits fsynced before the ack."""
     from confluent_kafka import TopicPartition
     from test_groups_common import start_group_broker
 
-    b = start_group_broker(tmp_path / "data")
+    fsync = {"log.flush.interval.messages": "1"} if stop == "sigkill-fsync" else {}
+    b = start_group_broker(tmp_path / "data", **fsync)
     try:
         bs = b.bootstrap
         create_topics(bs, {"g-dur": 3})
@@ -268,7 +270,7 @@ def test_committed_offsets_survive_broker_restart(tmp_path: Path, stop: str) -> 
         if stop == "restart":
             b.restart()
         else:
-            b.kill()  # commits were acknowledged, so they are in the log's page cache
+            b.kill()  # commits were acknowledged, so they are in the log (page cache or disk)
             b.start()
 
         c = _consumer(bs, "durable")
