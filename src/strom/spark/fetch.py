@@ -1,0 +1,233 @@
+"""Executor side: read one exact offset range of one partition into Arrow record batches.
+
+A confluent-kafka (librdkafka) consumer is assigned the partition at the range's first offset (no
+group membership, nothing committed) and reads until the range's end. Columns are gathered in
+Python lists and turned into Arrow arrays once per batch, which Spark takes as they are: no
+per-value conversion on Spark's side.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from strom.spark.options import SourceOptions
+from strom.spark.planning import OffsetRange
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("strom.spark")
+
+BATCH_ROWS = 8192  # rows per Arrow record batch handed to Spark
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query needs are gone (retention, DeleteRecords, a deleted or truncated partition)."""
+
+
+def data_loss(message: str, fail: bool) -> None:
+    """Spark's reportDataLoss: raise when failOnDataLoss is true (the default), else log and go on."""
+    if fail:
+        raise DataLossError(
+            f"{message} Some data may have been lost because it is no longer available in strom: "
+            "removed by retention or DeleteRecords, or the topic was deleted. If this is expected, set the "
+            "source option 'failOnDataLoss' to 'false' to skip the missing offsets.")
+    log.warning("%s Some data may have been lost; failOnDataLoss is false, so the query goes on.", message)
+
+
+def consumer_config(options: SourceOptions) -> dict[str, Any]:
+    conf: dict[str, Any] = dict(options.client.client_config())
+    conf.update({
+        "group.id": options.group_id or f"spark-strom-source-{uuid.uuid4()}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",       # an out-of-range offset is reported, never silently reset
+        "enable.partition.eof": True,       # tells us the end of the log was reached
+        "isolation.level": options.isolation_level,
+    })
+    return conf
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow form of the source schema, as Spark derives it (all fields nullable, UTC timestamps)."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()),
+                                                               pa.field("value", pa.binary())]))))
+    return pa.schema(fields)
+
+
+class _Columns:
+    """Column lists for one Arrow batch."""
+
+    def __init__(self, include_headers: bool) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.ts: list[int] = []
+        self.ts_types: list[int] = []
+        self.headers: list[list[tuple[str, bytes | None]] | None] | None = [] if include_headers else None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def to_batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(self.offsets)
+        ts_ms = pa.array(self.ts, pa.int64())
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array(self.offsets, pa.int64()),
+            pc.multiply(ts_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
+            # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Spark's column: 0 and 1
+            pc.subtract(pa.array(self.ts_types, pa.int32()), 1),
+        ]
+        if self.headers is not None:
+            arrays.append(pa.array(self.headers, schema.field("headers").type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATCH_ROWS,
+               consumer_factory: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[pa.RecordBatch]:
+    """Yield the records of offsets [r.from_offset, r.until_offset) as Arrow record batches."""
+    schema = arrow_schema(options.include_headers)
+    for cols in read_columns(options, r, batch_rows=batch_rows, consumer_factory=consumer_factory):
+        yield cols.to_batch(schema, r.topic, r.partition)
+
+
+def read_range_tuples(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATCH_ROWS,
+                      consumer_factory: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[tuple[Any, ...]]:
+    """The same records as Python tuples, one per row (the slower form Spark converts value by value;
+    kept to measure against, and for the option arrow=false)."""
+    import datetime
+
+    utc = datetime.UTC
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=utc)
+    ms = datetime.timedelta(milliseconds=1)
+    for cols in read_columns(options, r, batch_rows=batch_rows, consumer_factory=consumer_factory):
+        topics = [r.topic] * len(cols)
+        parts = [r.partition] * len(cols)
+        stamps = [epoch + t * ms for t in cols.ts]
+        types = [t - 1 for t in cols.ts_types]
+        if cols.headers is None:
+            yield from zip(cols.keys, cols.values, topics, parts, cols.offsets, stamps, types, strict=True)
+        else:
+            yield from zip(cols.keys, cols.values, topics, parts, cols.offsets, stamps, types, cols.headers,
+                           strict=True)
+
+
+def read_columns(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATCH_ROWS,
+                 consumer_factory: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[_Columns]:
+    """Read offsets [r.from_offset, r.until_offset), `batch_rows` records at a time, as column lists.
+
+    Offsets that no longer exist are data loss (see `data_loss`); gaps inside the range (compacted
+    records, transaction markers) are not.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    if r.until_offset <= r.from_offset:
+        return
+    consumer: Any = (consumer_factory or Consumer)(consumer_config(options))
+    fail = options.fail_on_data_loss
+    name = f"{r.topic}-{r.partition}"
+    try:
+        start, until = r.from_offset, r.until_offset
+        low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=30, cached=False)
+        if start < low:
+            data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
+            start = low
+        if high < until:
+            data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
+            until = high
+        if until <= start:
+            return
+        consumer.assign([TopicPartition(r.topic, r.partition, start)])
+        cols = _Columns(options.include_headers)
+        next_offset = start
+        timeout_s = options.poll_timeout_ms / 1000.0
+        last_progress = time.monotonic()
+        while next_offset < until:
+            # Ask for exactly what is left: librdkafka returns as soon as that many arrived.
+            msgs: list[Any] = consumer.consume(num_messages=min(batch_rows - len(cols), until - next_offset), timeout=0.5)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout_s:
+                    raise TimeoutError(
+                        f"no record of {name} at or after offset {next_offset} within "
+                        f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms} (range ends at {until})")
+                continue
+            last_progress = time.monotonic()
+            keys, values, offsets, ts, ts_types, headers = (
+                cols.keys, cols.values, cols.offsets, cols.ts, cols.ts_types, cols.headers)
+            done = False
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        # The end of the log: the rest of the range is markers or compacted away,
+                        # unless the log was truncated below the range's end.
+                        _, high = consumer.get_watermark_offsets(
+                            TopicPartition(r.topic, r.partition), timeout=30, cached=False)
+                        if high < until:
+                            data_loss(f"Offsets [{max(high, next_offset)}, {until}) of {name} are gone: "
+                                      f"the log now ends at {high}.", fail)
+                        if m.offset() >= min(high, until) or high < until:
+                            done = True
+                            break
+                        continue
+                    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        low, high = consumer.get_watermark_offsets(
+                            TopicPartition(r.topic, r.partition), timeout=30, cached=False)
+                        if next_offset < low:
+                            data_loss(f"Offsets [{next_offset}, {min(low, until)}) of {name} are gone: "
+                                      f"the log now starts at {low}.", fail)
+                            next_offset = low
+                            if next_offset >= until:
+                                done = True
+                                break
+                            consumer.assign([TopicPartition(r.topic, r.partition, next_offset)])
+                            break
+                        raise RuntimeError(f"reading {name} at offset {next_offset}: {err}")
+                    raise RuntimeError(f"reading {name} at offset {next_offset}: {err}")
+                off = m.offset()
+                if off >= until:
+                    done = True
+                    break
+                keys.append(m.key())
+                values.append(m.value())
+                offsets.append(off)
+                t, ms = m.timestamp()
+                ts.append(ms)
+                ts_types.append(t)
+                if headers is not None:
+                    h = m.headers()
+                    headers.append(h if h else None)
+                next_offset = off + 1
+            if len(cols) >= batch_rows:
+                yield cols
+                cols = _Columns(options.include_headers)
+            if done:
+                break
+        if len(cols):
+            yield cols
+    finally:
+        consumer.close()

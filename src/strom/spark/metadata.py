@@ -1,0 +1,189 @@
+"""Driver-side questions to the broker: which partitions a subscription covers, and their offsets.
+
+Uses confluent-kafka's AdminClient: one Metadata request lists the topics, and one batched
+ListOffsets request per broker answers earliest / latest / by-timestamp for many partitions at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from strom.spark.options import (
+    EARLIEST,
+    LATEST,
+    EarliestOffsets,
+    GlobalTimestamp,
+    LatestOffsets,
+    OffsetSpec,
+    OptionError,
+    PartitionOffsets,
+    SourceOptions,
+    SpecificOffsets,
+    SpecificTimestamps,
+    Subscription,
+    TopicPartition,
+)
+
+log = logging.getLogger("strom.spark")
+
+REQUEST_TIMEOUT_S = 30.0
+RETRIES = 5
+
+
+class OffsetLookupError(RuntimeError):
+    """The broker could not answer an offset or metadata question."""
+
+
+class Metadata:
+    def __init__(self, options: SourceOptions) -> None:
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import AdminClient
+
+        conf: dict[str, Any] = dict(options.client.client_config())
+        conf.pop("isolation.level", None)
+        self._admin = AdminClient(conf)
+        self._isolation = (IsolationLevel.READ_COMMITTED if options.isolation_level == "read_committed"
+                           else IsolationLevel.READ_UNCOMMITTED)
+
+    # ---------------------------------------------------------------------------------------------
+    def topics(self) -> dict[str, int]:
+        """Topic -> partition count, internal topics (names starting with "__") left out."""
+        last: Exception | None = None
+        for attempt in range(RETRIES):
+            try:
+                md = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+            except Exception as e:  # KafkaException: broker unreachable or timed out
+                last = e
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            out: dict[str, int] = {}
+            retry = False
+            for name, t in md.topics.items():
+                if name.startswith("__"):
+                    continue
+                if t.error is not None:
+                    if t.error.retriable():
+                        retry = True
+                    continue
+                out[name] = len(t.partitions)
+            if not retry:
+                return out
+            last = OffsetLookupError("topic metadata not yet available")
+            time.sleep(0.2 * (attempt + 1))
+        raise OffsetLookupError(f"could not list topics: {last}")
+
+    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
+        """The partitions a subscription covers now (new topics and partitions included as they appear)."""
+        topics = self.topics()
+        if subscription.kind == "assign":
+            return [tp for tp in subscription.partitions if tp[0] in topics and tp[1] < topics[tp[0]]]
+        return sorted((t, p) for t, n in topics.items() if subscription.matches(t) for p in range(n))
+
+    # ---------------------------------------------------------------------------------------------
+    def _list_offsets(self, specs: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as KTP
+
+        remaining = dict(specs)
+        out: dict[TopicPartition, int] = {}
+        last: Exception | None = None
+        for attempt in range(RETRIES):
+            if not remaining:
+                return out
+            try:
+                futures = self._admin.list_offsets({KTP(t, p): spec for (t, p), spec in remaining.items()},
+                                                   isolation_level=self._isolation,
+                                                   request_timeout=REQUEST_TIMEOUT_S)
+            except KafkaException as e:
+                last = e
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            for ktp, fut in futures.items():
+                try:
+                    info = fut.result()
+                except KafkaException as e:
+                    last = e
+                    err = e.args[0] if e.args else None
+                    if err is not None and hasattr(err, "retriable") and not err.retriable():
+                        raise OffsetLookupError(f"offsets of {ktp.topic}-{ktp.partition}: {err}") from None
+                    continue
+                tp = (ktp.topic, ktp.partition)
+                out[tp] = int(info.offset)
+                remaining.pop(tp, None)
+            if remaining:
+                time.sleep(0.2 * (attempt + 1))
+        if remaining:
+            names = ", ".join(f"{t}-{p}" for t, p in sorted(remaining))
+            raise OffsetLookupError(f"could not list offsets of {names}: {last}")
+        return out
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        from confluent_kafka.admin import OffsetSpec as KOffsetSpec
+
+        return self._list_offsets({tp: KOffsetSpec.earliest() for tp in tps})
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        from confluent_kafka.admin import OffsetSpec as KOffsetSpec
+
+        return self._list_offsets({tp: KOffsetSpec.latest() for tp in tps})
+
+    def for_timestamps(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The first offset whose timestamp is >= the given one (ms); -1 where there is none."""
+        from confluent_kafka.admin import OffsetSpec as KOffsetSpec
+
+        return self._list_offsets({tp: KOffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()})
+
+    # ---------------------------------------------------------------------------------------------
+    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str,
+                no_match: str = "latest") -> PartitionOffsets:
+        """Concrete offsets for `tps` from a starting/ending offset spec.
+
+        `no_match` says what a timestamp with no record at or after it becomes: "latest", or "error".
+        """
+        if not tps:
+            return {}
+        if isinstance(spec, EarliestOffsets):
+            return self.earliest(tps)
+        if isinstance(spec, LatestOffsets):
+            return self.latest(tps)
+        if isinstance(spec, SpecificOffsets):
+            _check_covers(spec.offsets, tps, option)
+            out = {tp: spec.offsets[tp] for tp in tps}
+            early = [tp for tp, o in out.items() if o == EARLIEST]
+            late = [tp for tp, o in out.items() if o == LATEST]
+            out.update(self.earliest(early))
+            out.update(self.latest(late))
+            return out
+        if isinstance(spec, GlobalTimestamp):
+            stamps = {tp: spec.timestamp_ms for tp in tps}
+        else:
+            assert isinstance(spec, SpecificTimestamps)
+            _check_covers(spec.timestamps, tps, option)
+            stamps = {tp: spec.timestamps[tp] for tp in tps}
+        found = self.for_timestamps(stamps)
+        missing = [tp for tp in tps if found.get(tp, -1) < 0]
+        if missing and no_match == "error":
+            names = ", ".join(f"{t}-{p} (timestamp {stamps[(t, p)]})" for t, p in missing)
+            raise OptionError(
+                f"option '{option}': no record at or after the given timestamp in {names}; set the option "
+                "'startingOffsetsByTimestampStrategy' to 'latest' to start from the latest offset instead")
+        if missing:
+            found.update(self.latest(missing))
+        return {tp: found[tp] for tp in tps}
+
+
+def _check_covers(given: Mapping[TopicPartition, int], tps: list[TopicPartition], option: str) -> None:
+    missing = sorted(set(tps) - set(given))
+    extra = sorted(set(given) - set(tps))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
+        if extra:
+            parts.append("not existing or not subscribed " + ", ".join(f"{t}-{p}" for t, p in extra))
+        raise OptionError(
+            f"option '{option}': per-partition values must name every partition of the subscribed topics "
+            f"(use -2 for earliest, -1 for latest): {'; '.join(parts)}")

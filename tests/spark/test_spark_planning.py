@@ -1,0 +1,99 @@
+"""The strom Spark source's pure parts: option parsing and offset-range planning (no Spark, no broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.spark.options import (
+    EarliestOffsets,
+    GlobalTimestamp,
+    LatestOffsets,
+    OptionError,
+    SpecificOffsets,
+    SpecificTimestamps,
+    partition_offsets_from_dict,
+    partition_offsets_to_json,
+    sink_options,
+    source_options,
+)
+from strom.spark.planning import OffsetRange, rate_limit, split_ranges
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def opts(**kw: str) -> dict[str, str]:
+    return {k.lower(): v for k, v in {**BOOT, **kw}.items()}
+
+
+def test_defaults_follow_spark_kafka_source() -> None:
+    stream = source_options(opts(subscribe="a,b"), streaming=True)
+    assert stream.subscription.topics == ("a", "b")
+    assert isinstance(stream.starting, LatestOffsets)
+    assert stream.fail_on_data_loss is True and stream.include_headers is False
+    batch = source_options(opts(subscribePattern="t.*"), streaming=False)
+    assert isinstance(batch.starting, EarliestOffsets) and isinstance(batch.ending, LatestOffsets)
+    assert batch.subscription.matches("topic") and not batch.subscription.matches("xt")
+    assert source_options({"bootstrap.servers": "h:1", "assign": '{"a":[1,0]}'}, True).subscription.partitions == (
+        ("a", 0), ("a", 1))
+
+
+def test_offsets_json_and_timestamp_precedence() -> None:
+    o = source_options(opts(subscribe="a", startingOffsets='{"a":{"0":23,"1":-2}}'), streaming=True)
+    assert o.starting == SpecificOffsets({("a", 0): 23, ("a", 1): -2})
+    o = source_options(opts(subscribe="a", startingOffsets="earliest", startingOffsetsByTimestamp='{"a":{"0":5}}'),
+                       streaming=True)
+    assert o.starting == SpecificTimestamps({("a", 0): 5})
+    o = source_options(opts(subscribe="a", startingTimestamp="7", startingOffsetsByTimestamp='{"a":{"0":5}}'),
+                       streaming=True)
+    assert o.starting == GlobalTimestamp(7)
+    raw = partition_offsets_to_json({("b", 10): 1, ("b", 2): 3, ("a", 0): 4})
+    assert list(raw) == ["a", "b"] and list(raw["b"]) == ["2", "10"]
+    assert partition_offsets_from_dict(raw) == {("b", 10): 1, ("b", 2): 3, ("a", 0): 4}
+
+
+@pytest.mark.parametrize("options, streaming, message", [
+    ({"subscribe": "a"}, True, "bootstrap.servers"),
+    (opts(), True, "exactly one of"),
+    (opts(subscribe="a", assign='{"a":[0]}'), True, "exactly one of"),
+    (opts(subscribe="a", startingOffsets="latest"), False, "latest is not valid for batch"),
+    (opts(subscribe="a", endingOffsets='{"a":{"0":-2}}'), False, "earliest is not valid for batch"),
+    (opts(subscribe="a", endingOffsets="latest"), True, "not valid in streaming"),
+    (opts(subscribe="a", maxOffsetsPerTrigger="0"), True, "positive integer"),
+    (opts(subscribe="a", startingOffsets="{bad"), True, "not valid JSON"),
+    (opts(subscribe="a", failOnDataLoss="maybe"), True, "true or false"),
+    (opts(subscribe="a", **{"kafka.auto.offset.reset": "earliest"}), True, "startingOffsets"),
+    (opts(subscribePattern="("), True, "invalid regular expression"),
+])
+def test_bad_options_are_named(options: dict[str, str], streaming: bool, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        source_options({k.lower(): v for k, v in options.items()}, streaming=streaming)
+
+
+def test_sink_options() -> None:
+    assert sink_options(opts(topic="out")).topic == "out"
+    assert sink_options(opts()).topic is None
+    with pytest.raises(OptionError, match="bootstrap"):
+        sink_options({"topic": "x"})
+
+
+def test_rate_limit_is_proportional_and_never_starves() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 100}
+    latest = {("t", 0): 900, ("t", 1): 2, ("t", 2): 198}
+    # backlogs 900, 2, 98 of 1000; limit 100 -> shares 90, 0.2 (rounded up to 1), 9.8 -> 9
+    assert rate_limit(100, start, latest) == {("t", 0): 90, ("t", 1): 1, ("t", 2): 109}
+    assert rate_limit(10_000, start, latest) == latest
+    assert rate_limit(5, latest, latest) == latest  # nothing to read
+
+
+def test_split_ranges_min_partitions_and_max_records() -> None:
+    big = OffsetRange("t", 0, 0, 1000)
+    small = OffsetRange("t", 1, 0, 10)
+    empty = OffsetRange("t", 2, 5, 5)
+    assert split_ranges([big, small, empty]) == [big, small]
+    pieces = split_ranges([big, small], min_partitions=5)
+    assert [r for r in pieces if r.partition == 1] == [small]  # too small to split
+    big_pieces = [r for r in pieces if r.partition == 0]
+    assert len(big_pieces) == 4 and big_pieces[0].from_offset == 0 and big_pieces[-1].until_offset == 1000
+    assert all(a.until_offset == b.from_offset for a, b in zip(big_pieces, big_pieces[1:], strict=False))
+    capped = split_ranges([big], max_records_per_partition=300)
+    assert [r.size for r in capped] == [250, 250, 250, 250]
