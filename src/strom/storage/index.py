@@ -1,0 +1,178 @@
+"""Sparse offset and time indexes of one segment, kept in memory as arrays.
+
+File formats are Kafka's: ``.index`` holds 8-byte entries (4-byte offset relative to the segment
+base, 4-byte file position), ``.timeindex`` 12-byte entries (8-byte timestamp, 4-byte relative
+offset), all big-endian. The files are written whole when a segment is sealed or closed; a file
+that fails ``sanity_check`` is rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+
+from strom.storage.checkpoint import write_atomic
+
+_TIME_ENTRY = struct.Struct(">qi")
+_LITTLE = sys.byteorder == "little"
+
+
+def _int32_array(data: bytes) -> array[int]:
+    a = array("i")
+    a.frombytes(data)
+    if _LITTLE:
+        a.byteswap()
+    return a
+
+
+class OffsetIndex:
+    """Maps a relative offset to the file position of a batch at or before it."""
+
+    ENTRY_SIZE = 8
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        # Relative offset of the *last* record of the indexed batch, and that batch's position
+        # (Kafka's convention: every offset >= an entry lies in that batch or after it).
+        self.relative_offsets: array[int] = array("i")
+        self.positions: array[int] = array("i")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def append(self, offset: int, position: int) -> None:
+        self.relative_offsets.append(offset - self.base_offset)
+        self.positions.append(position)
+
+    def lookup(self, offset: int) -> int:
+        """Position of the last entry whose offset is <= ``offset``; 0 if there is none."""
+        i = bisect_right(self.relative_offsets, offset - self.base_offset) - 1
+        return self.positions[i] if i >= 0 else 0
+
+    def last_position_at_or_before(self, position: int) -> int:
+        """The greatest indexed batch position <= ``position`` (0 if none): a known batch boundary."""
+        i = bisect_right(self.positions, position) - 1
+        return self.positions[i] if i >= 0 else 0
+
+    @property
+    def last_position(self) -> int:
+        return self.positions[-1] if self.positions else 0
+
+    def truncate_to_position(self, size: int) -> None:
+        """Drop entries for batches at or beyond ``size`` bytes."""
+        n = bisect_right(self.positions, size - 1)
+        del self.relative_offsets[n:]
+        del self.positions[n:]
+
+    def clear(self) -> None:
+        del self.relative_offsets[:]
+        del self.positions[:]
+
+    def to_bytes(self) -> bytes:
+        out = array("i", bytes(self.ENTRY_SIZE * len(self)))
+        out[0::2] = self.relative_offsets
+        out[1::2] = self.positions
+        if _LITTLE:
+            out.byteswap()
+        return out.tobytes()
+
+    def write(self) -> None:
+        write_atomic(self.path, self.to_bytes(), fsync=False)
+
+    def load(self, segment_size: int) -> bool:
+        """Read the file; False (and empty) if it is missing or fails the sanity check."""
+        self.clear()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return False
+        if len(data) % self.ENTRY_SIZE:
+            return False
+        both = _int32_array(data)
+        rel, pos = both[0::2], both[1::2]
+        # Strictly increasing offsets and positions, inside the segment: anything else is garbage.
+        previous_rel, previous_pos = -1, -1
+        for r, p in zip(rel, pos, strict=True):
+            if r <= previous_rel or p <= previous_pos or p >= segment_size:
+                return False
+            previous_rel, previous_pos = r, p
+        self.relative_offsets, self.positions = rel, pos
+        return True
+
+
+class TimeIndex:
+    """Maps a timestamp to the offset of the first batch that reached it; entries only when it grows."""
+
+    ENTRY_SIZE = 12
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.timestamps: array[int] = array("q")
+        self.relative_offsets: array[int] = array("i")
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        if not self.timestamps or timestamp > self.timestamps[-1]:
+            self.timestamps.append(timestamp)
+            self.relative_offsets.append(offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry with timestamp <= ``timestamp``; (-1, base) if none."""
+        i = bisect_right(self.timestamps, timestamp) - 1
+        if i < 0:
+            return -1, self.base_offset
+        return self.timestamps[i], self.base_offset + self.relative_offsets[i]
+
+    def last_entry(self) -> tuple[int, int]:
+        if not self.timestamps:
+            return -1, self.base_offset
+        return self.timestamps[-1], self.base_offset + self.relative_offsets[-1]
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries for offsets >= ``offset``."""
+        rel = offset - self.base_offset
+        n = len(self.relative_offsets)
+        while n and self.relative_offsets[n - 1] >= rel:
+            n -= 1
+        del self.timestamps[n:]
+        del self.relative_offsets[n:]
+
+    def clear(self) -> None:
+        del self.timestamps[:]
+        del self.relative_offsets[:]
+
+    def to_bytes(self) -> bytes:
+        out = bytearray(self.ENTRY_SIZE * len(self))
+        for i, (ts, rel) in enumerate(zip(self.timestamps, self.relative_offsets, strict=True)):
+            _TIME_ENTRY.pack_into(out, i * self.ENTRY_SIZE, ts, rel)
+        return bytes(out)
+
+    def write(self) -> None:
+        write_atomic(self.path, self.to_bytes(), fsync=False)
+
+    def load(self) -> bool:
+        self.clear()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return False
+        if len(data) % self.ENTRY_SIZE:
+            return False
+        previous_ts, previous_rel = None, -1
+        timestamps: array[int] = array("q")
+        rels: array[int] = array("i")
+        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+            if rel < previous_rel or rel < 0 or (previous_ts is not None and ts <= previous_ts):
+                return False
+            timestamps.append(ts)
+            rels.append(rel)
+            previous_ts, previous_rel = ts, rel
+        self.timestamps, self.relative_offsets = timestamps, rels
+        return True

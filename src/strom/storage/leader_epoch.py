@@ -1,0 +1,110 @@
+"""LeaderEpochFileCache: which leader epoch started at which offset (``leader-epoch-checkpoint``).
+
+Replicas use it to find where their log diverges from the leader's (OffsetsForLeaderEpoch). The
+file is rewritten atomically when an epoch is added or entries are cut; the fsync waits for the
+partition's next flush, and a lost or torn file is rebuilt from the batches seen in recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import pairwise
+from pathlib import Path
+from typing import NamedTuple
+
+from strom.storage.checkpoint import format_entries, fsync_path, parse_entries, write_atomic
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochFileCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+        self.entries: list[EpochEntry] = self._read()
+        self._needs_fsync = False
+
+    def _read(self) -> list[EpochEntry]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        try:
+            entries = [EpochEntry(int(e), int(o)) for e, o in parse_entries(text, 2)]
+        except ValueError as exc:
+            log.warning("ignoring malformed %s: %s", self.path, exc)
+            return []
+        if any(b.epoch <= a.epoch or b.start_offset < a.start_offset for a, b in pairwise(entries)):
+            log.warning("ignoring %s: epochs or offsets not increasing", self.path)
+            return []
+        return entries
+
+    def _write(self) -> None:
+        write_atomic(
+            self.path, format_entries([f"{e.epoch} {e.start_offset}" for e in self.entries]), fsync=False
+        )
+        self._needs_fsync = True
+
+    def flush(self) -> None:
+        if self._needs_fsync:
+            self._needs_fsync = False
+            fsync_path(self.path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1].epoch if self.entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (only newer epochs are added)."""
+        if epoch < 0 or epoch <= self.latest_epoch:
+            return
+        # An older entry starting at or after this offset was for data since truncated away.
+        while self.entries and self.entries[-1].start_offset >= start_offset:
+            self.entries.pop()
+        self.entries.append(EpochEntry(epoch, start_offset))
+        self._write()
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Kafka's endOffsetFor: (largest epoch <= requested, start offset of the next epoch, or
+        the log end offset for the latest epoch); (-1, -1) when the epoch is unknown or newer."""
+        if requested_epoch == UNDEFINED_EPOCH or not self.entries:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self.latest_epoch:
+            return requested_epoch, log_end_offset
+        for i, entry in enumerate(self.entries):
+            if entry.epoch > requested_epoch:
+                floor_epoch = self.entries[i - 1].epoch if i else requested_epoch
+                return floor_epoch, entry.start_offset
+        return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET  # newer than any epoch we know
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs that start at or after ``end_offset`` (the log was truncated there)."""
+        keep = [e for e in self.entries if e.start_offset < end_offset]
+        if len(keep) != len(self.entries):
+            self.entries = keep
+            self._write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at ``start_offset``: the epoch covering it starts there."""
+        older = [e for e in self.entries if e.start_offset < start_offset]
+        if not older:
+            return
+        newer = self.entries[len(older) :]
+        if newer and newer[0].start_offset == start_offset:
+            self.entries = newer
+        else:
+            self.entries = [EpochEntry(older[-1].epoch, start_offset), *newer]
+        self._write()
+
+    def clear(self) -> None:
+        if self.entries:
+            self.entries = []
+            self._write()

@@ -1,0 +1,606 @@
+"""PartitionLog: one partition's log (Kafka's UnifiedLog + LocalLog, without the 900 lines).
+
+Owns the segments of ``<log dir>/<topic>-<partition>``, the log start offset, high watermark,
+log end offset and recovery point, the producer state and the leader epoch cache. One thread (the
+broker's event loop) appends, reads and truncates; ``flush`` may run in another thread at the
+same time, so the segment list and flush bookkeeping are changed under a small lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.records.batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    assign_offsets,
+    read_header,
+    set_log_append_time,
+)
+from strom.records.codec import iter_records
+from strom.storage.checkpoint import fsync_dir, fsync_path
+from strom.storage.errors import CorruptIndex, OffsetOutOfRange
+from strom.storage.leader_epoch import LeaderEpochFileCache
+from strom.storage.producer_state import ProducerStateManager
+from strom.storage.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, iter_headers
+
+__all__ = ["AppendInfo", "LogConfig", "OffsetOutOfRange", "PartitionLog", "wall_clock_ms"]
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 1073741824  # segment.bytes / log.segment.bytes
+    segment_ms: int = 604800000  # segment.ms / log.roll.ms
+    index_interval_bytes: int = 4096
+    flush_interval_messages: int = 2**63 - 1  # flush.messages; 1 = fsync before ack
+    flush_interval_ms: int | None = None  # flush.ms (the broker schedules the timed flush)
+    message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+    max_message_bytes: int = 1048588
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless LogAppendTime
+    log_start_offset: int
+
+
+class PartitionLog:
+    def __init__(
+        self, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: Callable[[], int]
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self.producer_state = ProducerStateManager(directory)
+        self.leader_epoch_cache = LeaderEpochFileCache(directory)
+        self._now_ms = now_ms
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        # Flush bookkeeping, shared with the flushing thread under _lock.
+        self._lock = threading.Lock()
+        self._unflushed_sealed: list[LogSegment] = []
+        self._pending_fsync: list[Path] = []
+        self._dir_dirty = False
+        self._truncations = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"hw={self.high_watermark}, end={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+    # ---- opening and recovery --------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> PartitionLog:
+        """Open (creating if needed) a partition directory and recover it.
+
+        After a clean shutdown only index files and the active segment's tail are checked; after
+        an unclean one every batch from the segment holding ``recovery_point`` on is re-validated
+        and the log is cut at the first bad byte. On one broker the high watermark starts at the
+        log end offset.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        plog = cls(directory, topic, partition, config, now_ms)
+        plog._load(recovery_point, log_start_offset, clean_shutdown)
+        return plog
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        bases = self._scan_directory()
+        interval = self.config.index_interval_bytes
+        now = self._now_ms()
+        if not bases:
+            self._set_segments([LogSegment.create(self.directory, log_start_offset, interval, now)])
+            self._dir_dirty = True
+        else:
+            self._set_segments([LogSegment.open(self.directory, b, interval, now) for b in bases])
+        if clean_shutdown:
+            first_recovered = len(self._segments) - 1
+        else:
+            first_recovered = max(bisect_right(self._base_offsets, recovery_point) - 1, 0)
+            # Epochs that start in the data being re-validated are re-learnt from its batches.
+            self.leader_epoch_cache.truncate_from_end(self._segments[first_recovered].base_offset)
+        self._recover_segments(first_recovered, full=not clean_shutdown)
+
+        active = self._segments[-1]
+        self.log_end_offset = active.next_offset
+        if clean_shutdown and self.log_end_offset < recovery_point:
+            log.warning(
+                "%s: log ends at %d but the clean shutdown recorded %d; data was lost while stopped",
+                self,
+                self.log_end_offset,
+                recovery_point,
+            )
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self._truncate_fully_and_start_at(self.log_start_offset)
+        self.recovery_point = (
+            self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
+        )
+        self.high_watermark = self.log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._rebuild_producer_state()
+
+    def _scan_directory(self) -> list[int]:
+        """Base offsets of the segments; removes temporary leftovers and orphan index files."""
+        bases: list[int] = []
+        for path in self.directory.iterdir():
+            if path.name.endswith(_LEFTOVER_SUFFIXES):
+                path.unlink(missing_ok=True)
+            elif m := _SEGMENT_FILE.match(path.name):
+                bases.append(int(m.group(1)))
+        present = set(bases)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for path in self.directory.glob("*" + suffix):
+                stem = path.name[: -len(suffix)]
+                if not stem.isdigit() or int(stem) not in present:
+                    path.unlink(missing_ok=True)
+        return sorted(bases)
+
+    def _recover_segments(self, first_recovered: int, *, full: bool) -> None:
+        """Load or re-validate each segment; a segment cut short ends the log there."""
+        on_batch = self._learn_epoch
+        i = 0
+        while i < len(self._segments):
+            seg = self._segments[i]
+            last = i == len(self._segments) - 1
+            cut = 0
+            recovered = True
+            if i >= first_recovered and full:
+                cut = seg.recover(on_batch=on_batch)
+            elif not seg.load_indexes():
+                log.info("%s: rebuilding the indexes of segment %d", self, seg.base_offset)
+                cut = seg.recover(on_batch=on_batch)
+            elif last:
+                cut = seg.recover(from_index_tail=True, on_batch=on_batch)
+            else:
+                recovered = False
+            if cut:
+                log.warning("%s: cut %d invalid bytes at the end of segment %d", self, cut, seg.base_offset)
+            if not last:
+                nxt = self._segments[i + 1]
+                if cut or (recovered and nxt.base_offset < seg.next_offset):
+                    # Kafka's rule: what follows a damaged segment cannot be trusted either.
+                    log.warning(
+                        "%s: dropping %d segments after %d",
+                        self,
+                        len(self._segments) - i - 1,
+                        seg.base_offset,
+                    )
+                    self._delete_segments(self._segments[i + 1 :])
+                    continue
+                if recovered:
+                    seg.seal()  # its max timestamp must survive in the time index, as at a roll
+                else:
+                    seg.next_offset = nxt.base_offset
+            i += 1
+
+    def _learn_epoch(self, header: BatchHeader) -> None:
+        if header.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+
+    def _rebuild_producer_state(self) -> None:
+        """Newest snapshot, then the batch headers after it (no records are decoded)."""
+        ps = self.producer_state
+        start = max(
+            ps.load_latest_snapshot(self.log_start_offset, self.log_end_offset), self._segments[0].base_offset
+        )
+        i = max(bisect_right(self._base_offsets, start) - 1, 0)
+        for seg in self._segments[i:]:
+            position = 0
+            if seg.base_offset < start:
+                first = self._translate(seg, start)
+                if first is None:
+                    continue
+                position = first.position
+            for header in iter_headers(seg.fd, position, seg.size):
+                if header.producer_id != NO_PRODUCER_ID and header.next_offset > start:
+                    ps.update(header)
+        ps.map_end_offset = self.log_end_offset
+        ps.truncate_head(self.log_start_offset)
+
+    # ---- the produce path ------------------------------------------------------------------
+
+    def append(self, buf: bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendInfo:
+        """Append whole, validated batches (``headers`` from ``iter_batches(buf)``) as one write.
+
+        Offsets and the leader epoch are written into the batch headers; with LogAppendTime the
+        broker's clock is stamped too. Producer state is updated here; callers ask
+        ``producer_state.check`` first. Work is per batch, never per record.
+        """
+        first = offset = self.log_end_offset
+        if not headers:
+            return AppendInfo(first, first - 1, -1, self.log_start_offset)
+        log_append_time = self._now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
+        max_timestamp = log_append_time
+        for h in headers:
+            assign_offsets(buf, h, offset, leader_epoch)
+            if log_append_time >= 0:
+                set_log_append_time(buf, h, log_append_time)
+            elif h.max_timestamp > max_timestamp:
+                max_timestamp = h.max_timestamp
+            offset += h.last_offset_delta + 1
+        segment = self._maybe_roll(len(buf), max_timestamp, offset - 1)
+        base_position = segment.write(buf)
+
+        offset = first
+        producer_state = self.producer_state
+        for h in headers:
+            last = offset + h.last_offset_delta
+            segment.index_batch(
+                base_position + h.position, last, log_append_time if log_append_time >= 0 else h.max_timestamp
+            )
+            if h.producer_id != NO_PRODUCER_ID:
+                producer_state.update(read_header(buf, h.position))
+            offset = last + 1
+        segment.next_offset = offset
+        # Data is written before the end moves: a concurrent flush never claims unwritten bytes.
+        self.log_end_offset = offset
+        producer_state.map_end_offset = offset
+        self.high_watermark = offset
+        if leader_epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        return AppendInfo(first, offset - 1, log_append_time, self.log_start_offset)
+
+    def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.size == 0:
+            return segment
+        config = self.config
+        if (
+            segment.size + size > config.segment_bytes
+            or not segment.fits_relative(last_offset)
+            or self._waited_for_roll(segment, max_timestamp) > config.segment_ms
+        ):
+            return self.roll()
+        return segment
+
+    def _waited_for_roll(self, segment: LogSegment, max_timestamp: int) -> int:
+        # Kafka measures segment.ms from the first batch's timestamp when there is one.
+        rolling = segment.rolling_timestamp()
+        if rolling is not None and rolling >= 0:
+            return max_timestamp - rolling
+        return self._now_ms() - segment.created_ms
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment (indexes, producer snapshot) and start one at the log end."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        old.seal()
+        snapshot = self.producer_state.take_snapshot(fsync=False)
+        new = LogSegment.create(
+            self.directory, self.log_end_offset, self.config.index_interval_bytes, self._now_ms()
+        )
+        with self._lock:
+            self._segments.append(new)
+            self._base_offsets.append(new.base_offset)
+            self._unflushed_sealed.append(old)
+            self._pending_fsync += [old.offset_index.path, old.time_index.path, snapshot]
+            self._dir_dirty = True
+        return new
+
+    # ---- durability ------------------------------------------------------------------------
+
+    def needs_flush(self) -> bool:
+        return self.log_end_offset - self.recovery_point >= self.config.flush_interval_messages
+
+    def flush(self) -> None:
+        """fsync what was written up to now and advance the recovery point. Blocking; may run in
+        a thread while the loop appends (file handles are duplicated under the lock)."""
+        with self._lock:
+            if self._closed:
+                return
+            target = self.log_end_offset
+            truncations = self._truncations
+            segments = [*self._unflushed_sealed, self._segments[-1]]
+            self._unflushed_sealed = []
+            files, self._pending_fsync = self._pending_fsync, []
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            fds = [os.dup(s.fd) for s in segments if s.fd >= 0]
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        for path in files:
+            fsync_path(path)
+        self.leader_epoch_cache.flush()
+        if dir_dirty:
+            fsync_dir(self.directory)
+        with self._lock:
+            # A truncation meanwhile may have replaced flushed offsets with unflushed ones.
+            if truncations == self._truncations and target > self.recovery_point:
+                self.recovery_point = target
+
+    # ---- the fetch path --------------------------------------------------------------------
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> bytes:
+        """Whole batches from the one holding ``fetch_offset``, up to ``max_bytes`` (at least one
+        batch if ``min_one_batch``), none holding ``max_offset`` (default: high watermark) or later.
+        Reads a single segment, like Kafka; the client asks again for the rest."""
+        end_offset = self.log_end_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > end_offset:
+            raise OffsetOutOfRange(
+                f"{self.topic}-{self.partition}: offset {fetch_offset} not in "
+                f"[{self.log_start_offset}, {end_offset}]"
+            )
+        limit = self.high_watermark if max_offset is None else min(max_offset, end_offset)
+        segments = self._segments
+        i = max(bisect_right(self._base_offsets, fetch_offset) - 1, 0)
+        while i < len(segments) and fetch_offset < limit:
+            seg = segments[i]
+            first = self._translate(seg, fetch_offset)
+            if first is None:  # a gap in offsets: the data continues in the next segment
+                i += 1
+                continue
+            if first.last_offset >= limit:
+                return b""
+            start = first.position
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else end_offset
+            if limit >= next_base:
+                end = seg.size
+            else:
+                bound = self._translate(seg, limit, start)
+                end = bound.position if bound is not None else seg.size
+            if max_bytes < first.size:
+                return seg.read(start, first.size) if min_one_batch else b""
+            want = min(end, start + max_bytes)
+            data = seg.read(start, want - start)
+            if want == end:
+                return data
+            return data[: seg.last_boundary(data, start, want) - start]
+        return b""
+
+    def _translate(self, seg: LogSegment, offset: int, start_position: int = 0) -> BatchHeader | None:
+        try:
+            return seg.translate_offset(offset, start_position)
+        except CorruptIndex as exc:
+            log.warning("%s: %s; rebuilding the index", self, exc)
+            seg.rebuild_index()
+            return seg.translate_offset(offset, start_position)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after the log start with timestamp >=
+        ``timestamp_ms``; None if there is none. Not the hot path: decodes one batch's records."""
+        start_offset = self.log_start_offset
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp_ms or seg.size == 0:
+                continue
+            _, indexed_offset = seg.time_index.lookup(timestamp_ms)
+            position = seg.offset_index.lookup(max(indexed_offset, start_offset))
+            chunk = 2 * seg.index_interval_bytes + HEADER_SIZE
+            for h in iter_headers(seg.fd, position, seg.size, chunk=chunk):
+                if h.max_timestamp < timestamp_ms or h.last_offset < start_offset:
+                    continue
+                data = seg.read(h.position, h.size)
+                header = read_header(data)
+                log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+                for record in iter_records(data, header):
+                    ts = header.max_timestamp if log_append_time else record.timestamp
+                    if ts >= timestamp_ms and record.offset >= start_offset:
+                        return record.offset, ts
+        return None
+
+    # ---- moving the ends -------------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> None:
+        """For replication: the high watermark, kept within [log start, log end]."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything from the batch holding ``offset`` on (Kafka's truncateTo)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._truncations += 1
+        if offset < self.log_start_offset:
+            self._truncate_fully_and_start_at(offset)
+            return
+        self._delete_segments([s for s in self._segments if s.base_offset > offset])
+        active = self._segments[-1]
+        active.truncate_to(offset)
+        self._after_truncation(active.next_offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        with self._lock:
+            self._truncations += 1
+            for seg in self._segments:
+                seg.delete()
+            self._segments = [
+                LogSegment.create(self.directory, offset, self.config.index_interval_bytes, self._now_ms())
+            ]
+            self._base_offsets = [offset]
+            self._unflushed_sealed = []
+            self._dir_dirty = True
+        self.log_start_offset = offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.delete_snapshots_after(-1)
+        self._after_truncation(offset)
+
+    def _after_truncation(self, end_offset: int) -> None:
+        self.log_end_offset = end_offset
+        # Cutting the batch that held the log start leaves nothing at or after it.
+        self.log_start_offset = min(self.log_start_offset, end_offset)
+        self.recovery_point = min(self.recovery_point, end_offset)
+        self.high_watermark = min(self.high_watermark, end_offset)
+        self.leader_epoch_cache.truncate_from_end(end_offset)
+        self.producer_state.delete_snapshots_after(end_offset)
+        self._rebuild_producer_state()
+
+    def delete_records(self, new_start: int) -> None:
+        """Advance the log start offset (DeleteRecords); whole segments below it are deleted."""
+        if new_start > self.high_watermark:
+            raise OffsetOutOfRange(
+                f"{self.topic}-{self.partition}: cannot delete records up to {new_start}, "
+                f"high watermark is {self.high_watermark}"
+            )
+        if new_start <= self.log_start_offset:
+            return
+        self.log_start_offset = new_start
+        doomed = [
+            s for s, nxt in zip(self._segments, self._base_offsets[1:], strict=False) if nxt <= new_start
+        ]
+        self._delete_segments(doomed)
+        self._after_log_start_moved()
+
+    def delete_old_segments(self) -> int:
+        """Retention (retention.ms, retention.bytes) and the log start offset: delete whole old
+        segments, never data above the high watermark. Returns how many segments were deleted."""
+        config = self.config
+        segments = self._segments
+        bounds = [*self._base_offsets[1:], self.log_end_offset]
+        # Only data below the high watermark, and never an empty active segment.
+        deletable = [b <= self.high_watermark for b in bounds]
+        deletable[-1] = deletable[-1] and segments[-1].size > 0
+
+        def prefix(pred: Callable[[int], bool]) -> int:
+            n = 0
+            while n < len(segments) and deletable[n] and pred(n):
+                n += 1
+            return n
+
+        count = prefix(lambda n: bounds[n] <= self.log_start_offset)
+        if config.delete_enabled:
+            if config.retention_ms >= 0:
+                now = self._now_ms()
+                count = max(
+                    count, prefix(lambda n: now - segments[n].largest_timestamp() > config.retention_ms)
+                )
+            if config.retention_bytes >= 0:
+                excess = [self.size_bytes() - config.retention_bytes]
+
+                def over_size(n: int) -> bool:
+                    if excess[0] - segments[n].size < 0:
+                        return False
+                    excess[0] -= segments[n].size
+                    return True
+
+                count = max(count, prefix(over_size))
+        if not count:
+            return 0
+        doomed = segments[:count]
+        if count == len(segments):
+            self.roll()  # the active segment goes too: give the log a new one first
+        self._delete_segments(doomed)
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._after_log_start_moved()
+        return count
+
+    def _after_log_start_moved(self) -> None:
+        self.recovery_point = max(self.recovery_point, min(self.log_start_offset, self.log_end_offset))
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.truncate_head(self.log_start_offset)
+        self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
+
+    # ---- segments --------------------------------------------------------------------------
+
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        with self._lock:
+            self._segments = segments
+            self._base_offsets = [s.base_offset for s in segments]
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> None:
+        """Delete segments (under the lock, so a concurrent flush never sees a closed handle)."""
+        if not doomed:
+            return
+        ids = {id(s) for s in doomed}
+        with self._lock:
+            remaining = [s for s in self._segments if id(s) not in ids]
+            if not remaining:
+                raise AssertionError("a log keeps at least one segment")
+            self._segments = remaining
+            self._base_offsets = [s.base_offset for s in remaining]
+            self._unflushed_sealed = [s for s in self._unflushed_sealed if id(s) not in ids]
+            for seg in doomed:
+                seg.delete()
+            self._dir_dirty = True
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Clean close: final index entries and files, a producer snapshot, then the handles.
+        Call ``flush`` first for the data itself to be durable."""
+        if self._closed:
+            return
+        written = []
+        for seg in self._segments:
+            if seg.indexes_dirty:
+                seg.seal()
+                written += [seg.offset_index.path, seg.time_index.path]
+        self.producer_state.map_end_offset = self.log_end_offset
+        self.producer_state.take_snapshot(fsync=True)
+        self.leader_epoch_cache.flush()
+        for path in written:
+            fsync_path(path)
+        fsync_dir(self.directory)
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Close file handles without writing anything (Kafka's closeHandlers): for logs being
+        deleted, and for tests that simulate a crash."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close()

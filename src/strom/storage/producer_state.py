@@ -1,0 +1,247 @@
+"""Idempotent producer state of one partition (Kafka's ProducerStateManager).
+
+For each producer id: its epoch and the metadata of its last five batches, enough to answer a
+retried batch with the offsets it got the first time. Persisted as ``<20-digit offset>.snapshot``
+files (state after every batch below that offset); on open the newest valid snapshot is loaded and
+the log after it is replayed by batch headers only.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+
+from strom.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from strom.storage.checkpoint import write_atomic
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = ".snapshot"
+NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+_INT32_MAX = 2**31 - 1
+
+# Snapshot file: magic, version, crc32c of everything after it, producer count, then per producer
+# (id, epoch, last timestamp, batch count) and per batch (first seq, last seq, first offset, last offset).
+_SNAPSHOT_MAGIC = b"STPS"
+_SNAPSHOT_VERSION = 1
+_FILE_HEADER = struct.Struct(">4shI")
+_COUNT = struct.Struct(">i")
+_PRODUCER = struct.Struct(">qhqb")
+_BATCH = struct.Struct(">iiqq")
+
+
+class SequenceStatus(enum.Enum):
+    OK = "none"
+    DUPLICATE = "duplicate_sequence_number"
+    OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence_number"
+    INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"
+
+
+class SequenceCheck(NamedTuple):
+    """Outcome of ``check``; for DUPLICATE the offsets the batch got when first appended."""
+
+    status: SequenceStatus
+    first_offset: int = -1
+    last_offset: int = -1
+
+    @property
+    def error(self) -> str:
+        """Kafka's error name for the produce response (a duplicate is answered as a success)."""
+        return "none" if self.status is SequenceStatus.DUPLICATE else self.status.value
+
+
+SEQUENCE_OK = SequenceCheck(SequenceStatus.OK)
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    last_timestamp: int = -1
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        if header.producer_epoch != self.producer_epoch:
+            return None
+        last_seq = header.last_sequence
+        for batch in self.batches:
+            if batch.first_seq == header.base_sequence and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """(offset, path) of every snapshot file, oldest first."""
+    found = []
+    for path in directory.glob("*" + SNAPSHOT_SUFFIX):
+        try:
+            found.append((int(path.name[: -len(SNAPSHOT_SUFFIX)]), path))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerStateEntry] = {}
+        # State reflects every batch below this offset.
+        self.map_end_offset = 0
+
+    # ---- the produce path ------------------------------------------------------------------
+
+    def check(self, header: BatchHeader) -> SequenceCheck:
+        """Validate a batch's producer epoch and sequence before it is appended."""
+        if header.producer_id == NO_PRODUCER_ID or header.is_control:
+            return SEQUENCE_OK
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            # Unknown producer (new, or its state was removed with old segments): any sequence.
+            return SEQUENCE_OK
+        duplicate = entry.find_duplicate(header)
+        if duplicate is not None:
+            return SequenceCheck(SequenceStatus.DUPLICATE, duplicate.first_offset, duplicate.last_offset)
+        if header.producer_epoch < entry.producer_epoch:
+            return SequenceCheck(SequenceStatus.INVALID_PRODUCER_EPOCH)
+        if header.producer_epoch > entry.producer_epoch:
+            ok = header.base_sequence == 0
+        else:
+            ok = in_sequence(entry.last_seq, header.base_sequence)
+        return SEQUENCE_OK if ok else SequenceCheck(SequenceStatus.OUT_OF_ORDER_SEQUENCE)
+
+    def update(self, header: BatchHeader) -> None:
+        """Record an appended batch (its header must carry the assigned base offset)."""
+        if header.producer_id != NO_PRODUCER_ID:
+            entry = self.producers.get(header.producer_id)
+            if entry is None:
+                entry = self.producers[header.producer_id] = ProducerStateEntry(
+                    header.producer_id, header.producer_epoch
+                )
+            elif header.producer_epoch != entry.producer_epoch:
+                entry.producer_epoch = header.producer_epoch
+                entry.batches.clear()
+            if header.base_sequence != NO_SEQUENCE and not header.is_control:
+                entry.batches.append(
+                    BatchMetadata(
+                        header.base_sequence, header.last_sequence, header.base_offset, header.last_offset
+                    )
+                )
+            entry.last_timestamp = header.max_timestamp
+        self.map_end_offset = header.next_offset
+
+    # ---- log start moves, truncation -------------------------------------------------------
+
+    def truncate_head(self, log_start_offset: int) -> None:
+        """Forget producers whose every batch is below the new log start (Kafka does the same)."""
+        stale = [pid for pid, e in self.producers.items() if e.batches and e.last_offset < log_start_offset]
+        for pid in stale:
+            del self.producers[pid]
+        for offset, path in list_snapshots(self.directory)[:-1]:
+            if offset < log_start_offset:
+                path.unlink(missing_ok=True)
+        self.map_end_offset = max(self.map_end_offset, log_start_offset)
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        for snap_offset, path in list_snapshots(self.directory):
+            if snap_offset > offset:
+                path.unlink(missing_ok=True)
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        for snap_offset, path in list_snapshots(self.directory):
+            if snap_offset < offset:
+                path.unlink(missing_ok=True)
+
+    def clear(self, offset: int) -> None:
+        self.producers.clear()
+        self.map_end_offset = offset
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    def take_snapshot(self, *, fsync: bool) -> Path:
+        """Write the state at ``map_end_offset``; returns the file (to fsync later if not now)."""
+        body = bytearray(_COUNT.pack(len(self.producers)))
+        for entry in self.producers.values():
+            body += _PRODUCER.pack(
+                entry.producer_id, entry.producer_epoch, entry.last_timestamp, len(entry.batches)
+            )
+            for b in entry.batches:
+                body += _BATCH.pack(*b)
+        path = snapshot_path(self.directory, self.map_end_offset)
+        write_atomic(
+            path,
+            _FILE_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(body)) + body,
+            fsync=fsync,
+        )
+        return path
+
+    def load_latest_snapshot(self, log_start_offset: int, log_end_offset: int) -> int:
+        """Load the newest readable snapshot at or below the log end; returns its offset (the log is
+        replayed from there, or from the log start if that is later). Snapshots past the log end
+        (data lost or truncated) are deleted."""
+        self.clear(log_start_offset)
+        for offset, path in reversed(list_snapshots(self.directory)):
+            if offset > log_end_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                self._read_snapshot(path.read_bytes())
+            except (ValueError, struct.error, OSError) as exc:
+                log.warning("deleting unreadable producer snapshot %s: %s", path, exc)
+                path.unlink(missing_ok=True)
+                self.producers.clear()
+                continue
+            self.map_end_offset = offset
+            return offset
+        return log_start_offset
+
+    def _read_snapshot(self, data: bytes) -> None:
+        magic, version, crc = _FILE_HEADER.unpack_from(data, 0)
+        body = memoryview(data)[_FILE_HEADER.size :]
+        if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
+            raise ValueError("not a snapshot of a known version")
+        if crc32c.crc32c(body) != crc:
+            raise ValueError("CRC-32C mismatch")
+        (count,) = _COUNT.unpack_from(body, 0)
+        pos = _COUNT.size
+        producers: dict[int, ProducerStateEntry] = {}
+        for _ in range(count):
+            pid, epoch, last_ts, n = _PRODUCER.unpack_from(body, pos)
+            pos += _PRODUCER.size
+            entry = ProducerStateEntry(pid, epoch, last_ts)
+            for _b in range(n):
+                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
+                pos += _BATCH.size
+            producers[pid] = entry
+        if pos != len(body):
+            raise ValueError("trailing bytes")
+        self.producers = producers

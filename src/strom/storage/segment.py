@@ -1,0 +1,317 @@
+"""LogSegment: one ``.log`` file of record batches plus its sparse offset and time indexes."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import crc32c
+
+from strom.records.batch import ATTRIBUTES, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from strom.storage.errors import CorruptIndex
+from strom.storage.index import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+# The batch header layout of records.batch, unpacked here with a *file* position attached.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_I32 = struct.Struct(">i")
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+SCAN_CHUNK = 1 << 20
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def iter_headers(
+    fd: int, start: int, end: int, *, verify: bool = False, chunk: int = SCAN_CHUNK
+) -> Iterator[BatchHeader]:
+    """Headers of the whole v2 batches in bytes [start, end) of a file, with file positions.
+
+    Stops at the first bytes that are not a whole batch (bad magic, impossible length, past
+    ``end``, or with ``verify`` a CRC-32C mismatch): the caller compares the end of the last
+    header it got with ``end`` to learn where the valid data stops. Reads ``chunk`` bytes at a time.
+    """
+    buf = b""
+    buf_start = start
+    pos = start
+    while end - pos >= HEADER_SIZE:
+        off = pos - buf_start
+        if off + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(max(chunk, HEADER_SIZE), end - pos), pos)
+            buf_start, off = pos, 0
+            if len(buf) < HEADER_SIZE:
+                return
+        header = BatchHeader(pos, *_HEADER.unpack_from(buf, off))
+        size = header.batch_length + LOG_OVERHEAD
+        if (
+            header.magic != 2
+            or header.batch_length < _MIN_BATCH_LENGTH
+            or pos + size > end
+            or header.last_offset_delta < 0
+            or header.records_count < 0
+        ):
+            return
+        if verify:
+            if off + size <= len(buf):
+                crc = crc32c.crc32c(memoryview(buf)[off + ATTRIBUTES : off + size])
+            else:
+                data = os.pread(fd, size - ATTRIBUTES, pos + ATTRIBUTES)
+                if len(data) != size - ATTRIBUTES:
+                    return
+                crc = crc32c.crc32c(data)
+            if crc != header.crc:
+                return
+        yield header
+        pos += size
+
+
+class LogSegment:
+    """A segment file and its indexes. ``size`` is the number of valid bytes in the file."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        fd: int,
+        size: int,
+        index_interval_bytes: int,
+        created_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.fd = fd
+        self.size = size
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX), base_offset)
+        self.time_index = TimeIndex(directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
+        # Offset after the last batch (the segment's part of the log end offset).
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.last_index_position = 0
+        self.indexes_dirty = True
+        self._rolling_timestamp: int | None = None
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+        path = directory / file_name(base_offset, LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(fd).st_size
+        if size:
+            os.close(fd)
+            raise FileExistsError(f"segment {path} already exists with data")
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # stale indexes of a segment that was cut away
+            (directory / file_name(base_offset, suffix)).unlink(missing_ok=True)
+        return cls(directory, base_offset, fd, 0, index_interval_bytes, now_ms)
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+        """Open an existing segment; call ``load_indexes`` or ``recover`` before using it."""
+        fd = os.open(directory / file_name(base_offset, LOG_SUFFIX), os.O_RDWR)
+        return cls(directory, base_offset, fd, os.fstat(fd).st_size, index_interval_bytes, now_ms)
+
+    def close(self) -> None:
+        """Close the file handle only; indexes are written by ``write_indexes``."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    def seal(self) -> None:
+        """The segment stops being active: record its max timestamp and write its indexes."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.write_indexes()
+
+    def write_indexes(self) -> None:
+        if self.indexes_dirty:
+            self.offset_index.write()
+            self.time_index.write()
+            self.indexes_dirty = False
+
+    # ---- append ----------------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray) -> int:
+        """Append bytes with one write; on failure (disk full) cut the file back. Returns the position."""
+        position = self.size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.pwrite(self.fd, view, position + len(data) - len(view)) :]
+        except OSError:
+            os.ftruncate(self.fd, position)
+            raise
+        self.size = position + len(data)
+        return position
+
+    def index_batch(self, position: int, last_offset: int, max_timestamp: int) -> None:
+        """Index bookkeeping for one batch, identical on append and on recovery (as Kafka does)."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if position - self.last_index_position > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.last_index_position = position
+        self.indexes_dirty = True
+
+    def rolling_timestamp(self) -> int | None:
+        """Max timestamp of the first batch, which segment.ms counts from (Kafka's rule)."""
+        if self._rolling_timestamp is None and self.size >= HEADER_SIZE:
+            self._rolling_timestamp = BatchHeader(
+                0, *_HEADER.unpack(os.pread(self.fd, HEADER_SIZE, 0))
+            ).max_timestamp
+        return self._rolling_timestamp
+
+    def fits_relative(self, offset: int) -> bool:
+        return offset - self.base_offset <= _MAX_RELATIVE_OFFSET
+
+    # ---- loading and recovery --------------------------------------------------------------
+
+    def load_indexes(self) -> bool:
+        """Trust the index files if they pass the sanity check, then re-read the tail after the
+        last index entry (cheap: about index.interval.bytes). False means: call ``recover``."""
+        if not (self.offset_index.load(self.size) and self.time_index.load()):
+            return False
+        if self.offset_index.positions:
+            pos = self.offset_index.last_position
+            expected = self.offset_index.base_offset + self.offset_index.relative_offsets[-1]
+            header = next(iter_headers(self.fd, pos, self.size, chunk=HEADER_SIZE), None)
+            if header is None or header.base_offset + header.last_offset_delta != expected:
+                return False
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        self.last_index_position = self.offset_index.last_position
+        self.indexes_dirty = False
+        return True
+
+    def recover(
+        self,
+        *,
+        from_index_tail: bool = False,
+        verify: bool = True,
+        truncate: bool = True,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+    ) -> int:
+        """Re-read batches, rebuilding index entries, and cut the file at the first bad byte.
+
+        From position 0 (indexes rebuilt) or, with ``from_index_tail``, from the last offset index
+        entry (indexes kept; falls back to a full pass if the tail is damaged). Offsets must
+        increase monotonically. Returns the number of bytes cut off.
+        """
+        start = self.offset_index.last_position if from_index_tail else 0
+        if start:
+            indexed_last = self.base_offset + self.offset_index.relative_offsets[-1]
+            self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+            expected_next = -1  # unknown until the indexed batch has been read
+        else:
+            indexed_last = -1
+            self.offset_index.clear()
+            self.time_index.clear()
+            self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+            expected_next = self.base_offset
+        self.last_index_position = start
+        valid_end = start
+        next_offset = self.base_offset
+        for header in iter_headers(self.fd, start, self.size, verify=verify):
+            last = header.base_offset + header.last_offset_delta
+            if indexed_last >= 0:
+                if last != indexed_last:
+                    break
+                indexed_last = -1
+                expected_next = header.base_offset
+            if header.base_offset < expected_next or not self.fits_relative(last):
+                break
+            self.index_batch(header.position, last, header.max_timestamp)
+            if on_batch is not None:
+                on_batch(header)
+            expected_next = next_offset = last + 1
+            valid_end = header.position + header.size
+        if start and valid_end < self.size:
+            # A damaged tail after the indexed batch (or the indexed batch itself): redo it all.
+            return self.recover(verify=verify, truncate=truncate, on_batch=on_batch)
+        self.next_offset = next_offset
+        cut = self.size - valid_end
+        if cut and truncate:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        self._rolling_timestamp = None
+        self.indexes_dirty = True
+        return cut
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing ``offset`` and everything after it; returns bytes removed."""
+        header = self.translate_offset(offset)
+        if header is None:
+            return 0
+        removed = self.size - header.position
+        os.ftruncate(self.fd, header.position)
+        self.size = header.position
+        self.offset_index.truncate_to_position(header.position)
+        self.time_index.truncate_to_offset(header.base_offset)
+        for path in (self.offset_index.path, self.time_index.path):  # never leave a stale index on disk
+            path.unlink(missing_ok=True)
+        self.recover(from_index_tail=True, verify=False)
+        return removed
+
+    def rebuild_index(self) -> None:
+        """Re-index the whole file by its headers, changing no data (for an index found wrong at runtime)."""
+        self.recover(verify=False, truncate=False)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
+        """The first batch at or after ``start_position`` whose last offset is >= ``offset``."""
+        indexed = self.offset_index.lookup(offset)
+        pos = max(start_position, indexed)
+        found_any = False
+        for header in iter_headers(
+            self.fd, pos, self.size, chunk=2 * self.index_interval_bytes + HEADER_SIZE
+        ):
+            if header.base_offset < self.base_offset:
+                raise CorruptIndex(f"{self.log_path}: batch at {header.position} is not in this segment")
+            found_any = True
+            if header.base_offset + header.last_offset_delta >= offset:
+                return header
+        if not found_any and pos < self.size and pos == indexed:
+            raise CorruptIndex(f"{self.log_path}: no batch at indexed position {pos}")
+        return None
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def last_boundary(self, data: bytes, start: int, end: int) -> int:
+        """The last batch boundary <= ``end`` in ``data`` (the bytes from ``start``), jumping to
+        the nearest indexed position first so that only a few headers are walked."""
+        pos = max(start, self.offset_index.last_position_at_or_before(end))
+        while True:
+            off = pos - start
+            if off + LOG_OVERHEAD > len(data):
+                return pos
+            size = _I32.unpack_from(data, off + 8)[0] + LOG_OVERHEAD
+            if size < HEADER_SIZE or pos + size > end:
+                return pos
+            pos += size
+
+    def largest_timestamp(self) -> int:
+        """For time retention: the max timestamp, or the file's mtime when no batch carries one."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.stat(self.log_path).st_mtime * 1000)
