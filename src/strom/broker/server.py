@@ -13,6 +13,7 @@ from strom.broker.handlers import ApiHandler, discover
 from strom.broker.purgatory import Purgatory
 from strom.broker.topics import TopicManager
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore
+from strom.coordinator.runtime import GroupCoordinatorRuntime
 from strom.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.log_manager.startup)
         self.topics.reconcile()
+        self.group_coordinator = GroupCoordinatorRuntime(self)
+        await self.group_coordinator.start()  # replays __consumer_offsets before serving
         advertised = self.config.advertised_listeners or self.config.listeners
         for listener in self.config.listeners:
             server = await loop.create_server(lambda: KafkaConnection(self), listener.host or "0.0.0.0", listener.port,
@@ -122,6 +125,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        await self.group_coordinator.stop()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
