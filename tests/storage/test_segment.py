@@ -140,5 +140,6 @@ def test_last_boundary_uses_whole_batches(tmp_path: Path) -> None:
     seg = LogSegment.create(tmp_path, 0, index_interval_bytes=200, now_ms=0)
     written = _fill(seg, 25)
     size = len(written[0])
-    data = seg.read(size, 10 * size + 7)
-    assert seg.last_boundary(data, size, size + len(data)) == 11 * size
+    assert seg.last_boundary(size, 11 * size + 7) == 11 * size
+    assert seg.last_boundary(size, 11 * size) == 11 * size
+    assert seg.last_boundary(3 * size, 4 * size - 1) == 3 * size

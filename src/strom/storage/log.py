@@ -395,10 +395,9 @@ class PartitionLog:
             if max_bytes < first.size:
                 return seg.read(start, first.size) if min_one_batch else b""
             want = min(end, start + max_bytes)
-            data = seg.read(start, want - start)
-            if want == end:
-                return data
-            return data[: seg.last_boundary(data, start, want) - start]
+            if want < end:  # cut at a batch boundary first, so the bytes are read (and copied) once
+                want = seg.last_boundary(start, want)
+            return seg.read(start, want - start)
         return b""
 
     def _translate(self, seg: LogSegment, offset: int, start_position: int = 0) -> BatchHeader | None:

@@ -19,7 +19,6 @@ TIME_INDEX_SUFFIX = ".timeindex"
 
 # The batch header layout of records.batch, unpacked here with a *file* position attached.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_I32 = struct.Struct(">i")
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 SCAN_CHUNK = 1 << 20
@@ -297,18 +296,13 @@ class LogSegment:
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self.fd, size, position)
 
-    def last_boundary(self, data: bytes, start: int, end: int) -> int:
-        """The last batch boundary <= ``end`` in ``data`` (the bytes from ``start``), jumping to
-        the nearest indexed position first so that only a few headers are walked."""
+    def last_boundary(self, start: int, end: int) -> int:
+        """The last batch boundary in [start, end], ``start`` being one: jumps to the nearest
+        indexed position first, so only about index.interval.bytes of headers are walked."""
         pos = max(start, self.offset_index.last_position_at_or_before(end))
-        while True:
-            off = pos - start
-            if off + LOG_OVERHEAD > len(data):
-                return pos
-            size = _I32.unpack_from(data, off + 8)[0] + LOG_OVERHEAD
-            if size < HEADER_SIZE or pos + size > end:
-                return pos
-            pos += size
+        for header in iter_headers(self.fd, pos, end, chunk=2 * self.index_interval_bytes + HEADER_SIZE):
+            pos = header.position + header.size
+        return pos
 
     def largest_timestamp(self) -> int:
         """For time retention: the max timestamp, or the file's mtime when no batch carries one."""
