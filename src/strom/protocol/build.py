@@ -41,7 +41,7 @@ def _to_datetime(value: Any) -> Any:
         return value
     from kio._kio_native import tz_aware_from_i64
 
-    return tz_aware_from_i64(int(value))
+    return tz_aware_from_i64(value)
 
 
 _CONVERTERS: dict[str, Converter] = {

@@ -73,7 +73,7 @@ def read_prefix(frame: bytes) -> RequestPrefix:
 
 
 @cache
-def _request_readers(api_key: int, api_version: int) -> tuple[Any, Any, type]:
+def _request_readers(api_key: int, api_version: int) -> tuple[Any, Any, Any]:
     cls = load_request_schema(api_key, api_version)
     header_cls = cls.__header_schema__
     return entity_reader(header_cls), entity_reader(cls), cls
@@ -96,18 +96,18 @@ def decode_request(prefix: RequestPrefix, frame: bytes) -> tuple[Any, Any]:
 
 
 @cache
-def response_class(api_key: int, api_version: int) -> type:
+def response_class(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
 @cache
-def _response_writer(cls: type) -> Any:
+def _response_writer(cls: Any) -> Any:
     return entity_writer(cls)
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
     """Size-prefixed response frame for a kio response entity."""
-    cls = type(response)
+    cls: Any = type(response)
     flexible_header = cls.__flexible__ and api_key != API_VERSIONS_KEY
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
@@ -143,5 +143,5 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     pos = 4
     if cls.__flexible__ and api_key != API_VERSIONS_KEY:
         pos += 1
-    body, _ = entity_reader(cls)(frame, pos)
+    body: Any = entity_reader(cls)(frame, pos)[0]
     return correlation_id, body

@@ -119,8 +119,9 @@ def build_batch(
     body = bytearray()
     max_ts = timestamp_ms
     for i, rec in enumerate(records):
-        key, value = rec[0], rec[1]
-        headers: Sequence[tuple[str, bytes | None]] = rec[2] if len(rec) > 2 else ()  # type: ignore[misc]
+        key: bytes | None = rec[0]  # type: ignore[assignment]
+        value: bytes | None = rec[1]  # type: ignore[assignment]
+        headers: Sequence[tuple[str, bytes | None]] = rec[2] if len(rec) > 2 else ()  # type: ignore[misc,assignment]
         ts = timestamps[i] if timestamps is not None else timestamp_ms
         max_ts = max(max_ts, ts)
         delta = offset_deltas[i] if offset_deltas is not None else i
