@@ -124,6 +124,7 @@ def run_produce(opts: BenchOptions) -> BenchResult:
     deliveries = _Deliveries()
     producer = _make_producer(opts, deliveries)
     payload = make_payload(opts.record_size)
+    cpu0 = time.process_time()
     with LiveProgress(opts.progress, opts.records, "produce") as progress:
         start = time.perf_counter()
         sent, stopped = _send_loop(producer, opts, payload, deliveries, progress, start)
@@ -140,6 +141,7 @@ def run_produce(opts: BenchOptions) -> BenchResult:
     result.latency = deliveries.latency.summary()
     result.latency_kind = "delivery (produce() to acknowledgement)"
     result.stopped = stopped if done else "delivery timeout"
+    result.extra["client_cpu_s"] = round(time.process_time() - cpu0, 3)
     return result
 
 
@@ -177,6 +179,7 @@ def run_consume(opts: BenchOptions) -> BenchResult:
         first = 0.0
         last_progress = time.perf_counter()
         consume = consumer.consume
+        cpu0 = time.process_time()
         with LiveProgress(opts.progress, n, "consume") as progress:
             start = time.perf_counter()
             end_limit = start + opts.duration if opts.duration > 0 else float("inf")
@@ -213,6 +216,7 @@ def run_consume(opts: BenchOptions) -> BenchResult:
     result.bytes = nbytes
     result.elapsed_s = (last - start) if received else 0.0
     result.extra["first_record_s"] = round(first - start, 6) if received else None
+    result.extra["client_cpu_s"] = round(time.process_time() - cpu0, 3)
     return result
 
 
@@ -301,6 +305,7 @@ def run_e2e(opts: BenchOptions) -> BenchResult:
 
     producer = _make_producer(opts, deliveries)
     reader = threading.Thread(target=consume_loop, name="strom-bench-e2e-consumer", daemon=True)
+    cpu0 = time.process_time()
     try:
         with LiveProgress(opts.progress, n, "e2e") as progress:
             start = time.perf_counter()
@@ -335,6 +340,7 @@ def run_e2e(opts: BenchOptions) -> BenchResult:
     delivery = deliveries.latency.summary()
     result.extra["delivery_latency_ms"] = None if delivery is None else {
         k: round(getattr(delivery, k), 4) for k in ("p50", "p95", "p99", "p99_9", "max")}
+    result.extra["client_cpu_s"] = round(time.process_time() - cpu0, 3)
     if counts["foreign"]:
         result.extra["foreign_records"] = counts["foreign"]
     if result.stopped is None:
