@@ -134,3 +134,18 @@ def test_retention_pass_and_config_update(tmp_path: Path) -> None:
     assert log.log_start_offset == 40
     lm.update_config("t", LogConfig(message_timestamp_type="LogAppendTime"))
     assert append(log, batch(1)).log_append_time > 0
+
+
+def test_log_start_offset_survives_a_crash(tmp_path: Path) -> None:
+    lm = manager([tmp_path])
+    log = lm.create_log("t", 0, TOPIC_ID)
+    for _ in range(20):
+        append(log, batch(2))
+    log.delete_records(33)
+    lm.checkpoint()
+    log.close_handlers()  # killed
+    again = manager([tmp_path])
+    restored = again.get_log("t", 0)
+    assert restored is not None
+    assert restored.log_start_offset == 33
+    assert values(restored)[0] == b"v0"  # the batch holding 33 (32..33) comes back whole

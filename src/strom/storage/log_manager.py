@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,7 @@ class LogManager:
         self._now_ms = now_ms
         self._topic_config = topic_config
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._checkpoint_lock = threading.Lock()  # the timed checkpoint and shutdown may overlap
         # Read at startup for replication; on one broker the high watermark follows the log end.
         self.high_watermark_checkpoints: dict[TopicPartition, int] = {}
 
@@ -252,13 +254,16 @@ class LogManager:
         by_dir: dict[Path, list[tuple[TopicPartition, PartitionLog]]] = {d: [] for d in self.log_dirs}
         for tp, plog in list(self._logs.items()):
             by_dir.setdefault(plog.directory.parent, []).append((tp, plog))
-        for directory, logs in by_dir.items():
-            OffsetCheckpointFile(directory / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: plog.recovery_point for tp, plog in logs}
-            )
-            OffsetCheckpointFile(directory / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: plog.log_start_offset for tp, plog in logs}
-            )
-            OffsetCheckpointFile(directory / REPLICATION_OFFSET_CHECKPOINT).write(
-                {tp: plog.high_watermark for tp, plog in logs}
-            )
+        with self._checkpoint_lock:
+            for directory, logs in by_dir.items():
+                self._write_checkpoints(directory, logs)
+
+    @staticmethod
+    def _write_checkpoints(directory: Path, logs: list[tuple[TopicPartition, PartitionLog]]) -> None:
+        checkpoints = {
+            RECOVERY_POINT_CHECKPOINT: {tp: plog.recovery_point for tp, plog in logs},
+            LOG_START_OFFSET_CHECKPOINT: {tp: plog.log_start_offset for tp, plog in logs},
+            REPLICATION_OFFSET_CHECKPOINT: {tp: plog.high_watermark for tp, plog in logs},
+        }
+        for name, offsets in checkpoints.items():
+            OffsetCheckpointFile(directory / name).write(offsets)
