@@ -106,7 +106,9 @@ class KafkaConnection(asyncio.Protocol):
         fut.add_done_callback(self._on_done)
 
     async def _run(self, handle: Any, ctx: RequestContext, request: Any) -> bytes | None:
+        started = self.broker.metrics.clock()
         result = await handle(self.broker, ctx, request)
+        self.broker.metrics.request_done(ctx.api_key, started)
         if result is None:
             return None
         resp = build(wire.response_class(ctx.api_key, ctx.api_version), result)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.connection import KafkaConnection
 from strom.broker.handlers import ApiHandler, discover
+from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
 from strom.broker.topics import TopicManager
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore
@@ -44,6 +45,8 @@ class Broker:
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)
+        self.metrics = BrokerMetrics()
+        self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
 
     # ApiVersions is needed by the connection for the fallback answer, so it lives here.
     def api_versions_body(self, error_code: int = 0) -> dict[str, Any]:
@@ -57,6 +60,8 @@ class Broker:
         }
 
     async def start(self) -> None:
+        for service in self.services:
+            await service.start()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.log_manager.startup)
         self.topics.reconcile()
@@ -130,10 +135,12 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        for service in reversed(self.services):
+            await service.stop()
         log.info("strom broker %d stopped cleanly", self.config.broker_id)
 
 
-def run_broker(config: BrokerConfig) -> None:
+def run_broker(config: BrokerConfig, setup: Any = None) -> None:
     try:
         import uvloop
 
@@ -141,4 +148,6 @@ def run_broker(config: BrokerConfig) -> None:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
     broker = Broker(config)
+    if setup is not None:
+        setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
     runner(broker.serve_forever())

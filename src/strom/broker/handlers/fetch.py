@@ -97,4 +97,5 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             break
         await broker.purgatory.wait(keys, remaining)
+    broker.metrics.fetched(topics, responses)
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

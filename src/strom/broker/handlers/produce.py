@@ -80,6 +80,7 @@ def append_partition(broker: Broker, plog: PartitionLog, index: int, records: by
             return _result(index, INVALID_PRODUCER_EPOCH,
                            message=f"producer epoch {h.producer_epoch} is older than the current one")
     info = plog.append(buf, headers, leader_epoch=0)
+    broker.metrics.produced(plog.topic, len(buf), headers)
     broker.purgatory.notify((plog.topic, plog.partition))
     return _result(index, NONE, info.first_offset, info.log_start_offset, info.log_append_time)
 
@@ -103,6 +104,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 to_flush.append(plog)
             parts.append(result)
         responses.append({"name": topic.name, "partition_responses": parts})
+        broker.metrics.errors_in(API_KEY, parts)
     if to_flush:
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
