@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -136,6 +137,66 @@ class PartitionLogMachine(RuleBasedStateMachine):
             log_start_offset=self.log_start,
             clean_shutdown=True,
         )
+
+    @rule(data=st.data())
+    def damage_indexes_and_reopen_clean(self, data: st.DataObject) -> None:
+        """Index files are only a cache: garbage, cut or missing ones are rebuilt from the log."""
+        self.log.flush()
+        self.log.close()
+        for path in sorted(self.path.glob("*index")):
+            damage = data.draw(st.sampled_from(["keep", "garbage", "cut", "delete"]))
+            if damage == "garbage":
+                path.write_bytes(data.draw(st.binary(min_size=1, max_size=40)))
+            elif damage == "cut":
+                path.write_bytes(path.read_bytes()[: data.draw(st.integers(0, 30))])
+            elif damage == "delete":
+                path.unlink()
+        self.log = PartitionLog.open(
+            self.path,
+            "t",
+            0,
+            CONFIG,
+            recovery_point=self.next_offset,
+            log_start_offset=self.log_start,
+            clean_shutdown=True,
+        )
+
+    @precondition(lambda self: self.batches)
+    @rule(data=st.data())
+    def corrupt_a_batch_and_recover(self, data: st.DataObject) -> None:
+        """A damaged byte anywhere (covered by the CRC or the magic byte): an unclean start from
+        recovery point 0 keeps exactly the batches before it."""
+        victim = data.draw(st.integers(0, len(self.batches) - 1))
+        segments = self.log.segments()
+        seg = segments[bisect_right([s.base_offset for s in segments], self.batches[victim].base_offset) - 1]
+        position = sum(b.size for b in self.batches[:victim] if b.base_offset >= seg.base_offset)
+        where = position + data.draw(st.integers(16, self.batches[victim].size - 1))  # from the magic byte on
+        self.log.close_handlers()
+        with seg.log_path.open("r+b") as f:
+            f.seek(where)
+            byte = f.read(1)[0]
+            f.seek(where)
+            f.write(bytes([byte ^ data.draw(st.integers(1, 255))]))
+        self.next_offset = self.batches[victim].base_offset
+        del self.batches[victim:]
+        if self.next_offset < self.log_start:  # nothing left at or after the log start
+            self.batches, self.next_offset = [], self.log_start
+        self.log = PartitionLog.open(self.path, "t", 0, CONFIG, log_start_offset=self.log_start)
+
+    @rule(retention_bytes=st.integers(0, 1500))
+    def retention(self, retention_bytes: int) -> None:
+        self.log.config = replace(CONFIG, retention_ms=-1, retention_bytes=retention_bytes)
+        try:
+            deleted = self.log.delete_old_segments()
+        finally:
+            self.log.config = CONFIG
+        if deleted:
+            first_base = self.log.segments()[0].base_offset
+            self.batches = [b for b in self.batches if b.base_offset >= first_base]
+            self.log_start = max(self.log_start, first_base)
+        # Kafka's rule: old segments go while what remains is still at least retention.bytes.
+        segs = self.log.segments()
+        assert self.log.size_bytes() - segs[0].size < retention_bytes or segs[0].size == 0
 
     @precondition(lambda self: self.next_offset > self.log_start)
     @rule(data=st.data(), max_bytes=st.integers(1, 700))
