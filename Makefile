@@ -16,11 +16,14 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
-# Debian packages the tests drive (kcat); installed only when missing.
+# Debian packages the tests drive (kcat, chromium for the console test); installed only when missing.
 deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q kcat; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 run: install
 	$(VENV)/bin/strom broker

@@ -39,9 +39,10 @@ def broker(config_path: Path | None, overrides: tuple[str, ...], log_level: str)
     except ConfigError as e:
         click.echo(f"strom: {e}", err=True)
         sys.exit(2)
+    from strom.admin.server import attach
     from strom.broker.server import run_broker
 
-    run_broker(config)
+    run_broker(config, setup=attach)
 
 
 def _register_commands() -> None:

@@ -1,0 +1,185 @@
+"""The JSON REST API behind the web console (all under /api/).
+
+GET  /api/overview                          broker, counts, throughput totals
+GET  /api/topics                            topics with partitions, offsets, sizes
+POST /api/topics                            {"name", "partitions", "replication_factor", "configs"}
+GET  /api/topics/{topic}                    one topic with its partitions
+DELETE /api/topics/{topic}
+GET  /api/topics/{topic}/messages           ?partition=&limit=&offset= | &timestamp= (ms or ISO 8601)
+GET  /api/groups                            groups with state, members and total lag
+GET  /api/groups/{group}                    members, assignment, committed offsets and lag
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from strom.admin import snapshot
+from strom.broker.topics import TopicError
+from strom.storage.log import OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+
+BROKER_KEY: web.AppKey[Any] = web.AppKey("broker", object)
+HISTORY_KEY: web.AppKey[Any] = web.AppKey("history", object)
+
+
+def _broker(request: web.Request) -> Broker:
+    broker: Broker = request.app[BROKER_KEY]
+    return broker
+
+
+def _error(status: int, message: str, code: int | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message}
+    if code is not None:
+        body["error_code"] = code
+    return web.json_response(body, status=status)
+
+
+def _require_ready(broker: Broker) -> web.Response | None:
+    ready, reason = snapshot.is_ready(broker)
+    return None if ready else _error(503, f"broker not ready: {reason}")
+
+
+def _int_arg(request: web.Request, name: str, default: int | None = None) -> int | None:
+    raw = request.query.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f'{{"error": "{name} must be an integer"}}',
+                                 content_type="application/json") from None
+
+
+def parse_timestamp(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO 8601 time (UTC unless it names a zone)."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+async def overview(request: web.Request) -> web.Response:
+    return web.json_response(snapshot.overview(_broker(request), request.app[HISTORY_KEY]))
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    return _require_ready(broker) or web.json_response({"topics": snapshot.topics_view(broker)})
+
+
+async def get_topic(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    view = snapshot.topic_view(broker, request.match_info["topic"], with_partitions=True)
+    if view is None:
+        return _error(404, f"topic '{request.match_info['topic']}' does not exist", 3)
+    return web.json_response(view)
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error(400, "the body must be a JSON object")
+    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+        return _error(400, 'the body must be a JSON object with a "name"')
+    try:
+        partitions = int(body.get("partitions", -1))
+        rf = int(body.get("replication_factor", -1))
+    except (TypeError, ValueError):
+        return _error(400, "partitions and replication_factor must be integers")
+    configs = body.get("configs") or {}
+    if not isinstance(configs, dict):
+        return _error(400, "configs must be an object of name: value")
+    try:
+        broker.topics.create(body["name"], partitions, rf, {str(k): str(v) for k, v in configs.items()})
+    except TopicError as e:
+        status = 409 if e.error_code == 36 else 400
+        return _error(status, e.message, e.error_code)
+    return web.json_response(snapshot.topic_view(broker, body["name"], with_partitions=True), status=201)
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    name = request.match_info["topic"]
+    if not broker.config.delete_topic_enable:
+        return _error(403, "delete.topic.enable is false", 73)
+    info = broker.metadata.get_topic(name)
+    if info is not None and info.internal:
+        return _error(403, f"'{name}' is an internal topic", 17)
+    try:
+        broker.topics.delete(name)
+    except TopicError as e:
+        return _error(404 if e.error_code == 3 else 400, e.message, e.error_code)
+    return web.json_response({"deleted": name})
+
+
+async def messages(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    topic = request.match_info["topic"]
+    partition = _int_arg(request, "partition") or 0
+    plog = broker.log_manager.get_log(topic, partition)
+    if plog is None:
+        return _error(404, f"no partition {topic}-{partition}", 3)
+    query = snapshot.MessageQuery(limit=_int_arg(request, "limit", 50) or 50, offset=_int_arg(request, "offset"))
+    ts = request.query.get("timestamp", "").strip()
+    if ts:
+        try:
+            query.timestamp = parse_timestamp(ts)
+        except ValueError:
+            return _error(400, "timestamp must be milliseconds since the epoch or an ISO 8601 time")
+    try:
+        result = snapshot.read_messages(plog, query)
+    except OffsetOutOfRange as e:  # retention moved the start meanwhile
+        return _error(409, str(e), 1)
+    return web.json_response(result)
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    out = []
+    for g in snapshot.list_groups(broker):
+        view = snapshot.group_view(broker, g.group_id, detail=False)
+        if view is not None:
+            out.append(view)
+    return web.json_response({"groups": out})
+
+
+async def get_group(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    view = snapshot.group_view(broker, request.match_info["group"], detail=True)
+    if view is None:
+        return _error(404, f"group '{request.match_info['group']}' does not exist", 69)
+    return web.json_response(view)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/overview", overview)
+    app.router.add_get("/api/topics", list_topics)
+    app.router.add_post("/api/topics", create_topic)
+    app.router.add_get("/api/topics/{topic}", get_topic)
+    app.router.add_delete("/api/topics/{topic}", delete_topic)
+    app.router.add_get("/api/topics/{topic}/messages", messages)
+    app.router.add_get("/api/groups", list_groups)
+    app.router.add_get("/api/groups/{group}", get_group)

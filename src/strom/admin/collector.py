@@ -1,0 +1,158 @@
+"""Prometheus metrics of one broker, computed at scrape time.
+
+The request path only bumps plain counters (strom.broker.metrics); state gauges (log sizes and
+offsets, connections, groups, lag) are read off the broker when Prometheus asks. Each broker has its
+own CollectorRegistry, never prometheus_client's global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from strom import __version__
+from strom.admin import snapshot
+from strom.broker.metrics import LATENCY_BUCKETS
+from strom.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+
+_BUCKET_LABELS = [repr(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"UNKNOWN_{code}"
+
+
+class BrokerCollector:
+    """A prometheus_client custom collector over one Broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        m = broker.metrics
+        ready, _ = snapshot.is_ready(broker)
+        names = snapshot.api_names(broker)
+
+        info = GaugeMetricFamily("strom_broker_info", "Broker identity (value is always 1).",
+                                 labels=["broker_id", "cluster_id", "version"])
+        info.add_metric([str(broker.config.broker_id), str(getattr(broker.metadata, "cluster_id", "")), __version__], 1)
+        yield info
+        yield GaugeMetricFamily("strom_broker_ready", "1 once logs are loaded and the Kafka listeners serve.",
+                                value=1 if ready else 0)
+        yield GaugeMetricFamily("strom_broker_start_time_seconds", "When the broker started (Unix time).",
+                                value=m.start_time)
+        yield GaugeMetricFamily("strom_connections", "Open Kafka client connections.", value=len(broker.connections))
+
+        # --- requests
+        requests = CounterMetricFamily("strom_requests", "Kafka requests handled, by API.", labels=["api"])
+        latency = HistogramMetricFamily("strom_request_duration_seconds",
+                                        "Time from handler start to response, by API (Fetch includes long-poll).",
+                                        labels=["api"])
+        for key, stats in sorted(m.requests.items()):
+            api = names.get(key, str(key))
+            requests.add_metric([api], stats.count)
+            cumulative = 0
+            buckets = []
+            for label, n in zip(_BUCKET_LABELS, stats.buckets, strict=True):
+                cumulative += n
+                buckets.append((label, cumulative))
+            latency.add_metric([api], buckets, stats.seconds)
+        yield requests
+        yield latency
+        errors = CounterMetricFamily("strom_request_errors",
+                                     "Partition-level errors in Produce and Fetch responses, by API and error.",
+                                     labels=["api", "error", "code"])
+        for (key, code), n in sorted(m.errors.items()):
+            errors.add_metric([names.get(key, str(key)), error_name(code), str(code)], n)
+        yield errors
+
+        if not ready:  # logs may still be loading in a thread: nothing below is safe to read yet
+            return
+        topics = broker.metadata.topics()
+        m.forget_topics(topics)
+
+        # --- per-topic throughput
+        fams = {
+            "bytes_in": CounterMetricFamily("strom_topic_bytes_in", "Record batch bytes appended, by topic.",
+                                            labels=["topic"]),
+            "records_in": CounterMetricFamily("strom_topic_records_in", "Records appended, by topic.",
+                                              labels=["topic"]),
+            "bytes_out": CounterMetricFamily("strom_topic_bytes_out", "Record batch bytes sent to fetchers, by topic.",
+                                             labels=["topic"]),
+            "records_out": CounterMetricFamily("strom_topic_records_out",
+                                               "Records in whole batches sent to fetchers, by topic.",
+                                               labels=["topic"]),
+        }
+        for name, topic_stats in sorted(m.topics.items()):
+            for attr, fam in fams.items():
+                fam.add_metric([name], getattr(topic_stats, attr))
+        yield from fams.values()
+
+        # --- topics and partition logs
+        yield GaugeMetricFamily("strom_topics", "Topics (internal ones included).", value=len(topics))
+        yield GaugeMetricFamily("strom_partitions", "Partitions of all topics.",
+                                value=sum(t.partitions for t in topics.values()))
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("strom_log_size_bytes", "Bytes of a partition's log segments.", labels=labels)
+        start = GaugeMetricFamily("strom_log_start_offset", "First offset of a partition's log.", labels=labels)
+        end = GaugeMetricFamily("strom_log_end_offset", "Offset the next appended record will get.", labels=labels)
+        hw = GaugeMetricFamily("strom_high_watermark", "Offset up to which records are visible.", labels=labels)
+        for plog in sorted(broker.log_manager.all_logs(), key=lambda p: (p.topic, p.partition)):
+            lv = [plog.topic, str(plog.partition)]
+            size.add_metric(lv, plog.size_bytes())
+            start.add_metric(lv, plog.log_start_offset)
+            end.add_metric(lv, plog.log_end_offset)
+            hw.add_metric(lv, plog.high_watermark)
+        yield from (size, start, end, hw)
+
+        # --- consumer groups
+        yield from self._groups()
+
+    def _groups(self) -> Iterator[Metric]:
+        broker = self.broker
+        groups = snapshot.list_groups(broker)
+        by_state: dict[str, int] = {}
+        for g in groups:
+            by_state[g.state] = by_state.get(g.state, 0) + 1
+        count = GaugeMetricFamily("strom_consumer_groups", "Consumer groups, by state.", labels=["state"])
+        for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable"):
+            by_state.setdefault(state, 0)
+        for state, n in sorted(by_state.items()):
+            count.add_metric([state], n)
+        yield count
+        members = GaugeMetricFamily("strom_consumer_group_members", "Members of a consumer group.",
+                                    labels=["group"])
+        labels = ["group", "topic", "partition"]
+        committed = GaugeMetricFamily("strom_consumer_group_committed_offset", "A group's committed offset.",
+                                      labels=labels)
+        lag = GaugeMetricFamily("strom_consumer_group_lag",
+                                "High watermark minus the group's committed offset.", labels=labels)
+        coordinator: Any = broker.group_coordinator
+        for g in groups:
+            members.add_metric([g.group_id], len(coordinator.describe_group(g.group_id).members))
+            for o in snapshot.group_offsets(broker, g.group_id):
+                lv = [g.group_id, o["topic"], str(o["partition"])]
+                committed.add_metric(lv, o["committed"])
+                if o["lag"] is not None:
+                    lag.add_metric(lv, o["lag"])
+        yield from (members, committed, lag)
+
+
+def make_registry(broker: Broker) -> CollectorRegistry:
+    """A registry of its own for one broker: the broker's metrics plus process and Python ones."""
+    registry = CollectorRegistry()
+    registry.register(BrokerCollector(broker))  # type: ignore[arg-type]
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry

@@ -1,0 +1,154 @@
+"""The admin HTTP server: /metrics, /healthz, /readyz, the REST API and the web console.
+
+It runs as an aiohttp application in the broker's own event loop (no second process, no thread), on
+every ``admin.listeners`` address. It starts before the logs load, so supervisors see /healthz at
+once and /readyz turn 200 when the broker serves Kafka clients. A port that cannot be bound is
+logged and skipped: the Kafka side of the broker does not depend on its admin listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections import deque
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from prometheus_client.exposition import choose_encoder
+
+from strom.admin import api, snapshot
+from strom.admin.collector import make_registry
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from strom.broker.server import Broker
+    from strom.config.broker import Listener
+
+log = logging.getLogger("strom.admin")
+
+STATIC_DIR = resources.files("strom.admin") / "static"
+MAX_BODY_BYTES = 64 * 1024
+SAMPLE_INTERVAL_S = 2.0
+SAMPLES_KEPT = 151  # five minutes of throughput history for the console's charts
+
+
+def _url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+@web.middleware
+async def _guard(request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Changes only from the console's own origin, with a JSON body (no cross-site form posts)."""
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        origin = request.headers.get("Origin")
+        if origin and origin != "null" and urlsplit(origin).netloc != request.host:
+            return web.json_response({"error": "cross-origin request refused"}, status=403)
+        if request.method == "POST" and request.content_type != "application/json":
+            return web.json_response({"error": "send application/json"}, status=415)
+    return await handler(request)
+
+
+class AdminServer:
+    """One broker's admin listeners; ``start``/``stop`` are called by the broker's lifecycle."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.registry = make_registry(broker)
+        self.addresses: list[str] = []
+        self._runner: web.AppRunner | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self.history: deque[list[float]] = deque(maxlen=SAMPLES_KEPT)
+        app = web.Application(middlewares=[_guard], client_max_size=MAX_BODY_BYTES)
+        app[api.BROKER_KEY] = broker
+        app[api.HISTORY_KEY] = self.history
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        api.add_routes(app)
+        app.router.add_get("/", self.index)
+        app.router.add_static("/static/", str(STATIC_DIR), append_version=False)
+        self.app = app
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        listeners = self.broker.config.admin_listeners
+        if not listeners:
+            log.info("admin listener disabled (admin.listeners is empty)")
+            return
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runner = runner
+        for listener in listeners:
+            await self._listen(runner, listener)
+        self._sampler = asyncio.ensure_future(self._sample())
+
+    async def _sample(self) -> None:
+        """Every SAMPLE_INTERVAL_S: [time, bytes in, bytes out, records in, records out] totals."""
+        while True:
+            self.history.append([time.time(), *snapshot.totals(self.broker)])
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    async def _listen(self, runner: web.AppRunner, listener: Listener) -> None:
+        wanted = f"{listener.name.lower()}://{listener.host}:{listener.port}"
+        if listener.name == "HTTPS":
+            log.error("admin listener %s skipped: TLS for the admin listener is not supported yet", wanted)
+            return
+        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+        try:
+            sock = socket.create_server((listener.host, listener.port), family=family, backlog=128)
+        except OSError as e:
+            log.error("admin listener %s could not be bound (%s); the broker runs without it", wanted,
+                      e.strerror or e)
+            return
+        site = web.SockSite(runner, sock)
+        await site.start()
+        host, port = sock.getsockname()[:2]
+        url = _url(host, port)
+        self.addresses.append(url)
+        log.info("admin listener ready on %s (metrics %s/metrics, console %s/)", url, url, url)
+
+    async def stop(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Liveness: the process and its event loop answer."""
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """Readiness: logs loaded, groups replayed, Kafka listeners serving."""
+        ready, reason = snapshot.is_ready(self.broker)
+        return web.Response(text=reason + "\n", status=200 if ready else 503)
+
+    async def index(self, request: web.Request) -> web.Response:
+        html = (STATIC_DIR / "index.html").read_bytes()
+        return web.Response(body=html, content_type="text/html", charset="utf-8",
+                            headers={"Cache-Control": "no-cache"})
+
+
+def attach(broker: Any) -> AdminServer:
+    """Give a broker its admin server (started first and stopped last with the broker)."""
+    server = AdminServer(broker)
+    broker.services.append(server)
+    return server

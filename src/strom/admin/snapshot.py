@@ -1,0 +1,324 @@
+"""Read-only views of a running broker for the REST API and the metrics collector.
+
+Everything here runs on the broker's event loop (the single writer), so it reads live state without
+locks. Reads are bounded: a message browse reads at most ``MAX_MESSAGES`` records and a few MiB.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from strom import __version__
+from strom.records import batch as rb
+from strom.records import codec
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+    from strom.storage.log import PartitionLog
+
+MAX_MESSAGES = 500
+MAX_SHOWN_BYTES = 64 * 1024  # key/value bytes returned per record; the full size is reported
+_READ_CHUNK = 1 << 20
+_MAX_READS = 64
+
+
+def is_ready(broker: Broker) -> tuple[bool, str]:
+    """Ready = logs loaded, group coordinator replayed, every Kafka listener accepting.
+
+    The broker opens its Kafka listeners only after loading the logs and replaying the groups, and
+    closes them first when it stops, so serving listeners mean both."""
+    servers = getattr(broker, "_servers", [])
+    if not servers or not all(s.is_serving() for s in servers):
+        return False, "starting: loading logs" if not servers else "stopping: kafka listeners closed"
+    coordinator = getattr(broker, "group_coordinator", None)
+    if coordinator is not None and not coordinator.loaded:
+        return False, "group coordinator not loaded"
+    return True, "ready"
+
+
+def api_names(broker: Broker) -> dict[int, str]:
+    """Kafka's API names (Produce, ApiVersions, ...) from the handler modules' names."""
+    return {key: "".join(p.capitalize() for p in h.name.split("_")) for key, h in broker.handlers.items()}
+
+
+# ---------------------------------------------------------------------------------------------- topics
+
+
+def partition_view(broker: Broker, plog: PartitionLog | None, partition: int) -> dict[str, Any]:
+    node = broker.config.broker_id
+    if plog is None:
+        return {"partition": partition, "leader": node, "replicas": [node], "isr": [node], "log_start_offset": 0,
+                "high_watermark": 0, "log_end_offset": 0, "size_bytes": 0, "messages": 0}
+    return {
+        "partition": partition,
+        "leader": node,
+        "replicas": [node],
+        "isr": [node],
+        "log_start_offset": plog.log_start_offset,
+        "high_watermark": plog.high_watermark,
+        "log_end_offset": plog.log_end_offset,
+        "size_bytes": plog.size_bytes(),
+        "messages": plog.high_watermark - plog.log_start_offset,
+    }
+
+
+def topic_view(broker: Broker, name: str, *, with_partitions: bool) -> dict[str, Any] | None:
+    info = broker.metadata.get_topic(name)
+    if info is None:
+        return None
+    lm = broker.log_manager
+    parts = [partition_view(broker, lm.get_log(name, p), p) for p in range(info.partitions)]
+    stats = broker.metrics.topics.get(name)
+    out: dict[str, Any] = {
+        "name": name,
+        "topic_id": str(info.topic_id),
+        "internal": info.internal,
+        "partitions": info.partitions,
+        "replication_factor": 1,
+        "size_bytes": sum(p["size_bytes"] for p in parts),
+        "messages": sum(p["messages"] for p in parts),
+        "end_offsets": sum(p["high_watermark"] for p in parts),
+        "bytes_in": stats.bytes_in if stats else 0,
+        "bytes_out": stats.bytes_out if stats else 0,
+        "records_in": stats.records_in if stats else 0,
+        "records_out": stats.records_out if stats else 0,
+        "configs": dict(sorted(info.configs.items())),
+    }
+    if with_partitions:
+        out["partition_list"] = parts
+    return out
+
+
+def topics_view(broker: Broker) -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(broker.metadata.topics()):
+        view = topic_view(broker, name, with_partitions=False)
+        if view is not None:
+            out.append(view)
+    return out
+
+
+def totals(broker: Broker) -> tuple[int, int, int, int]:
+    """(bytes in, bytes out, records in, records out) over all topics since the broker started."""
+    bi = bo = ri = ro = 0
+    for stats in broker.metrics.topics.values():
+        bi += stats.bytes_in
+        bo += stats.bytes_out
+        ri += stats.records_in
+        ro += stats.records_out
+    return bi, bo, ri, ro
+
+
+def overview(broker: Broker, history: Iterable[list[float]] = ()) -> dict[str, Any]:
+    ready, reason = is_ready(broker)
+    m = broker.metrics
+    topics = broker.metadata.topics() if ready else {}
+    bi, bo, ri, ro = totals(broker)
+    size = sum(plog.size_bytes() for plog in broker.log_manager.all_logs()) if ready else 0
+    groups = len(list_groups(broker)) if ready else 0
+    cfg = broker.config
+    return {
+        "broker": {
+            "id": cfg.broker_id,
+            "cluster_id": getattr(broker.metadata, "cluster_id", None),
+            "version": __version__,
+            "host": broker.node.host,
+            "port": broker.node.port,
+            "listeners": [str(x) for x in cfg.listeners],
+            "log_dirs": [str(d) for d in cfg.log_dirs],
+            "uptime_seconds": round(time.time() - m.start_time, 1),
+            "ready": ready,
+            "status": reason,
+        },
+        "topics": sum(1 for t in topics.values() if not t.internal),
+        "internal_topics": sum(1 for t in topics.values() if t.internal),
+        "partitions": sum(t.partitions for t in topics.values()),
+        "size_bytes": size,
+        "connections": len(broker.connections),
+        "groups": groups,
+        "requests": sum(s.count for s in m.requests.values()),
+        "totals": {"bytes_in": bi, "bytes_out": bo, "records_in": ri, "records_out": ro},
+        "time": time.time(),
+        # [time, bytes in, bytes out, records in, records out], oldest first: the console's charts
+        "history": list(history),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- messages
+
+
+@dataclass
+class MessageQuery:
+    limit: int = 50
+    offset: int | None = None
+    timestamp: int | None = None  # ms since the epoch
+
+
+def _b64(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    return base64.b64encode(data[:MAX_SHOWN_BYTES]).decode("ascii")
+
+
+def _complete_batches(data: bytes) -> list[rb.BatchHeader]:
+    end = 0
+    while end + rb.LOG_OVERHEAD <= len(data):
+        (length,) = struct.unpack_from(">i", data, end + 8)
+        if length <= 0 or end + rb.LOG_OVERHEAD + length > len(data):
+            break
+        end += rb.LOG_OVERHEAD + length
+    return rb.iter_batches(memoryview(data)[:end], verify_crc=False) if end else []
+
+
+def read_messages(plog: PartitionLog, query: MessageQuery) -> dict[str, Any]:
+    """Records of one partition: the newest ``limit``, or ``limit`` from an offset or a timestamp."""
+    limit = max(1, min(query.limit, MAX_MESSAGES))
+    start, hw = plog.log_start_offset, plog.high_watermark
+    if query.timestamp is not None:
+        found = plog.offset_for_timestamp(query.timestamp)
+        first = found[0] if found is not None else hw
+    elif query.offset is not None:
+        first = min(max(query.offset, start), hw)
+    else:
+        first = max(start, hw - limit)
+    records: list[dict[str, Any]] = []
+    position = first
+    for _ in range(_MAX_READS):
+        if position >= hw or len(records) >= limit:
+            break
+        data = plog.read(position, _READ_CHUNK)
+        if not data:
+            break
+        data = bytes(data)
+        headers = _complete_batches(data)
+        if not headers:
+            break
+        for h in headers:
+            if not h.is_control:
+                log_append_time = bool(h.attributes & rb.TIMESTAMP_TYPE_MASK)
+                for r in codec.iter_records(data, h):
+                    if r.offset < position or len(records) >= limit:
+                        continue
+                    records.append(_record_view(r, h.max_timestamp if log_append_time else r.timestamp,
+                                                "LogAppendTime" if log_append_time else "CreateTime"))
+            position = max(position, h.next_offset)
+    return {
+        "topic": plog.topic,
+        "partition": plog.partition,
+        "log_start_offset": start,
+        "high_watermark": hw,
+        "first_offset": first,
+        "next_offset": position,
+        "records": records,
+    }
+
+
+def _record_view(r: codec.Record, timestamp: int, timestamp_type: str) -> dict[str, Any]:
+    return {
+        "offset": r.offset,
+        "timestamp": timestamp,
+        "timestamp_type": timestamp_type,
+        "key": _b64(r.key),
+        "key_size": -1 if r.key is None else len(r.key),
+        "value": _b64(r.value),
+        "value_size": -1 if r.value is None else len(r.value),
+        "headers": [{"key": k, "value": _b64(v)} for k, v in r.headers],
+    }
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+def decode_assignment(data: bytes) -> list[dict[str, Any]] | None:
+    """A ConsumerProtocolAssignment (any version): [{"topic", "partitions"}]; None if unreadable."""
+    if not data:
+        return []
+    try:
+        (version,) = struct.unpack_from(">h", data, 0)
+        if version < 0:
+            return None
+        (count,) = struct.unpack_from(">i", data, 2)
+        if count < 0 or count > len(data):
+            return None
+        pos = 6
+        out = []
+        for _ in range(count):
+            (n,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if n < 0 or pos + n > len(data):
+                return None
+            topic = data[pos : pos + n].decode()
+            pos += n
+            (np_,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if np_ < 0 or pos + 4 * np_ > len(data):
+                return None
+            parts = list(struct.unpack_from(f">{np_}i", data, pos))
+            pos += 4 * np_
+            out.append({"topic": topic, "partitions": sorted(parts)})
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def list_groups(broker: Broker) -> list[Any]:
+    coordinator = getattr(broker, "group_coordinator", None)
+    if coordinator is None or not coordinator.loaded:
+        return []
+    return sorted(coordinator.list_groups(None, None), key=lambda g: g.group_id)
+
+
+def group_offsets(broker: Broker, group_id: str) -> list[dict[str, Any]]:
+    """Committed offset, end offset (high watermark) and lag of every partition the group committed."""
+    coordinator = broker.group_coordinator
+    out = []
+    for fo in coordinator.fetch_offsets(group_id, None):
+        if fo.offset < 0:
+            continue
+        plog = broker.log_manager.get_log(fo.topic, fo.partition)
+        end = plog.high_watermark if plog is not None else None
+        lag = max(0, end - fo.offset) if end is not None else None
+        out.append({"topic": fo.topic, "partition": fo.partition, "committed": fo.offset,
+                    "end_offset": end, "lag": lag, "metadata": fo.metadata})
+    return out
+
+
+def group_view(broker: Broker, group_id: str, *, detail: bool) -> dict[str, Any] | None:
+    coordinator = getattr(broker, "group_coordinator", None)
+    if coordinator is None or not coordinator.loaded:
+        return None
+    described = coordinator.describe_group(group_id)
+    if described.state == "Dead":
+        return None
+    offsets = group_offsets(broker, group_id)
+    lags = [o["lag"] for o in offsets if o["lag"] is not None]
+    out: dict[str, Any] = {
+        "group_id": group_id,
+        "state": described.state,
+        "protocol_type": described.protocol_type,
+        "protocol": described.protocol_data,
+        "members": len(described.members),
+        "lag": sum(lags),
+        "topics": sorted({o["topic"] for o in offsets}),
+    }
+    if detail:
+        owner: dict[tuple[str, int], str] = {}
+        members = []
+        for m in described.members:
+            assignment = decode_assignment(m.assignment) if described.protocol_type == "consumer" else None
+            for a in assignment or []:
+                for p in a["partitions"]:
+                    owner[(a["topic"], p)] = m.member_id
+            members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id, "client_host": m.client_host,
+                            "assignment": assignment or []})
+        for o in offsets:
+            o["member_id"] = owner.get((o["topic"], o["partition"]))
+        out["member_list"] = members
+        out["offsets"] = offsets
+    return out
