@@ -32,6 +32,7 @@ from strom.storage.checkpoint import fsync_dir, fsync_path
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
 from strom.storage.leader_epoch import LeaderEpochFileCache
 from strom.storage.producer_state import ProducerStateManager
+from strom.storage.retention import deletable_segments
 from strom.storage.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, iter_headers
 
 __all__ = ["AppendInfo", "LogConfig", "OffsetOutOfRange", "PartitionLog", "wall_clock_ms"]
@@ -497,36 +498,15 @@ class PartitionLog:
     def delete_old_segments(self) -> int:
         """Retention (retention.ms, retention.bytes) and the log start offset: delete whole old
         segments, never data above the high watermark. Returns how many segments were deleted."""
-        config = self.config
         segments = self._segments
-        bounds = [*self._base_offsets[1:], self.log_end_offset]
-        # Only data below the high watermark, and never an empty active segment.
-        deletable = [b <= self.high_watermark for b in bounds]
-        deletable[-1] = deletable[-1] and segments[-1].size > 0
-
-        def prefix(pred: Callable[[int], bool]) -> int:
-            n = 0
-            while n < len(segments) and deletable[n] and pred(n):
-                n += 1
-            return n
-
-        count = prefix(lambda n: bounds[n] <= self.log_start_offset)
-        if config.delete_enabled:
-            if config.retention_ms >= 0:
-                now = self._now_ms()
-                count = max(
-                    count, prefix(lambda n: now - segments[n].largest_timestamp() > config.retention_ms)
-                )
-            if config.retention_bytes >= 0:
-                excess = [self.size_bytes() - config.retention_bytes]
-
-                def over_size(n: int) -> bool:
-                    if excess[0] - segments[n].size < 0:
-                        return False
-                    excess[0] -= segments[n].size
-                    return True
-
-                count = max(count, prefix(over_size))
+        count = deletable_segments(
+            segments,
+            [*self._base_offsets[1:], self.log_end_offset],
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log_start_offset,
+            config=self.config,
+            now_ms=self._now_ms(),
+        )
         if not count:
             return 0
         doomed = segments[:count]
