@@ -37,3 +37,8 @@ test: install deps lint
 
 clean:
 	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache
+
+# The streaming trucking example: broker (embedded if none answers), simulator, Spark job, live alerts.
+.PHONY: demo
+demo: install
+	$(VENV)/bin/strom demo trucking

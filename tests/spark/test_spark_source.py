@@ -3,6 +3,7 @@ Trigger.AvailableNow and maxOffsetsPerTrigger, failOnDataLoss both ways, and the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Produced, consume_all, create_topic, produce
+from spark_helpers import Produced, consume_all, create_topic, produce
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -123,10 +124,9 @@ def _run_until_done(spark: Any, b: str, topic: str, out: Path, ck: Path, **optio
     query = (reader.load().select("offset", "value").writeStream.format("parquet")
              .option("path", str(out)).option("checkpointLocation", str(ck))
              .trigger(availableNow=True).start())
-    try:
+    # A failed query raises its StreamingQueryException here; the caller checks query.exception().
+    with contextlib.suppress(Exception):
         query.awaitTermination(240)
-    except Exception:  # the StreamingQueryException is checked by the caller through query.exception()
-        pass
     assert not query.isActive
     return query
 

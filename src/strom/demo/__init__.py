@@ -1,0 +1,1 @@
+"""Runnable demonstrations of strom (`strom demo ...`)."""

@@ -1,0 +1,234 @@
+"""`strom demo trucking`: broker, simulator, Spark job and a live view of the alerts, in one command."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC
+
+READY_MARK = "ready: listening on"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def broker_reachable(bootstrap: str, timeout: float = 3.0) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
+                         "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout)
+        return True
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def embedded_broker(data_dir: Path, console: Console) -> Iterator[str]:
+    """A strom broker subprocess on a free 127.0.0.1 port with data in `data_dir`; yields its bootstrap."""
+    port, admin_port = _free_port(), _free_port()
+    cmd = [sys.executable, "-m", "strom.cli.main", "broker",
+           "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+           "--override", f"log.dirs={data_dir}",
+           "--override", f"admin.listeners=http://127.0.0.1:{admin_port}",
+           "--override", "group.initial.rebalance.delay.ms=0"]
+    log_path = data_dir.parent / (data_dir.name + ".log")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if READY_MARK in line:
+                ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not ready.wait(0.1):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the embedded strom broker did not start; see {log_path}")
+    bootstrap = f"127.0.0.1:{port}"
+    console.print(f"[green]started an embedded strom broker[/] on {bootstrap} (data in {data_dir}, "
+                  f"log {log_path}, console http://127.0.0.1:{admin_port}/)")
+    try:
+        yield bootstrap
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def ensure_topics(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=10).topics)
+    wanted = [NewTopic(EVENTS_TOPIC, 3, 1), NewTopic(ALERTS_TOPIC, 1, 1)]
+    new = [t for t in wanted if t.topic not in existing]
+    if new:
+        for f in admin.create_topics(new, request_timeout=30).values():
+            f.result(timeout=30)
+
+
+def _fmt_ms(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%H:%M")
+
+
+def describe_alert(a: dict[str, Any]) -> str:
+    kinds = [(a.get("overspeed", 0), "overspeed"), (a.get("laneDepartures", 0), "lane departure"),
+             (a.get("unsafeFollowing", 0), "unsafe following")]
+    detail = ", ".join(f"{n} {what}" for n, what in kinds if n)
+    return (f"[bold red]ALERT[/] driver {a['driverId']} [bold]{a['driverName']}[/] "
+            f"{_fmt_ms(a['windowStart'])}-{_fmt_ms(a['windowEnd'])} UTC: "
+            f"{a['violations']} violations in {a['events']} events ({detail}), "
+            f"avg speed {a['avgSpeed']:.1f}, max {a['maxSpeed']}")
+
+
+def run_demo(bootstrap: str, duration: float, rate: float, speedup: float, trucks: int, output: Path,
+             data_dir: Path, console: Console | None = None) -> int:
+    console = console or Console()
+    with contextlib.ExitStack() as stack:
+        if broker_reachable(bootstrap):
+            console.print(f"using the broker at {bootstrap}")
+        else:
+            console.print(f"no broker answers at {bootstrap}; starting one")
+            bootstrap = stack.enter_context(embedded_broker(data_dir, console))
+        ensure_topics(bootstrap)
+        return _run(bootstrap, duration, rate, speedup, trucks, output, console)
+    return 0  # unreachable; for type checkers
+
+
+def _run(bootstrap: str, duration: float, rate: float, speedup: float, trucks: int, output: Path,
+         console: Console) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from strom.demo.trucking import job
+    from strom.demo.trucking.simulator import LiveSimulator
+    from strom.spark import local_session
+
+    start_ms = int(time.time() * 1000)
+    if output.exists():
+        shutil.rmtree(output)
+    output.mkdir(parents=True)
+
+    errors: list[str] = []
+    sim = LiveSimulator(bootstrap, EVENTS_TOPIC, rate=rate, speedup=speedup, trucks=trucks, on_error=errors.append)
+    sim.start()
+    console.print(f"simulator: {trucks} trucks, ~{rate:g} events/s to [bold]{EVENTS_TOPIC}[/], event time "
+                  f"{speedup:g}x faster than the clock ({job.WINDOW_SECONDS}s windows close every "
+                  f"~{job.WINDOW_SECONDS / speedup:.0f}s)")
+    console.print("starting Spark (local[2]) ...")
+    spark = local_session("strom-trucking-demo", "local[2]", **{
+        "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    # This run's events only: from the first record produced at or after its start.
+    queries = job.start(spark, bootstrap, output, output / "checkpoints", trigger={"processingTime": "2 seconds"},
+                        source_options={"startingTimestamp": str(start_ms),
+                                        "startingOffsetsByTimestampStrategy": "latest"})
+    console.print(f"streaming queries running: alerts -> [bold]{ALERTS_TOPIC}[/], per-driver windows -> "
+                  f"{output / 'driver_stats'} (Parquet). Waiting for windows to close"
+                  + (f"; stopping after {duration:g}s" if duration else "; Ctrl-C to stop") + ".")
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"strom-demo-{start_ms}",
+                         "enable.auto.commit": False, "auto.offset.reset": "latest"})
+    tp = consumer.offsets_for_times([TopicPartition(ALERTS_TOPIC, 0, start_ms)], timeout=10)[0]
+    if tp.offset < 0:
+        tp = TopicPartition(ALERTS_TOPIC, 0, consumer.get_watermark_offsets(tp, timeout=10)[1])
+    consumer.assign([tp])
+    alerts = 0
+    deadline = time.monotonic() + duration if duration else None
+    last_status = time.monotonic()
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            for q in queries:
+                if q.exception() is not None:
+                    console.print(f"[red]query {q.name} failed:[/] {q.exception()}")
+                    return 1
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                alerts += 1
+                console.print(describe_alert(json.loads(msg.value() or b"{}")))
+            if time.monotonic() - last_status > 15:
+                last_status = time.monotonic()
+                progress: dict[str, Any] = queries[0].lastProgress or {}
+                console.print(f"[dim]{sim.produced} events produced, {alerts} alerts so far, "
+                              f"last batch {progress.get('numInputRows', 0)} rows, "
+                              f"watermark {progress.get('eventTime', {}).get('watermark', '-')}[/]")
+            if errors:
+                console.print(f"[red]producing failed:[/] {errors[0]}")
+                return 1
+    except KeyboardInterrupt:
+        console.print("stopping ...")
+    finally:
+        sim.stop()
+        for q in queries:
+            _stop_between_batches(q)
+        consumer.close()
+    _summary(spark, output, console, sim.produced, alerts)
+    spark.stop()
+    return 0
+
+
+def _stop_between_batches(query: Any, timeout: float = 20.0) -> None:
+    """Stop a query when no micro-batch is running, so no task is cancelled halfway (and nothing
+    noisy is logged); a batch that does not end in time is cancelled all the same."""
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(Exception):
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    with contextlib.suppress(Exception):
+        query.stop()
+
+
+def _summary(spark: Any, output: Path, console: Console, produced: int, alerts: int) -> None:
+    from pyspark.sql import functions as F
+    from rich.table import Table
+
+    path = output / "driver_stats"
+    console.print(f"{produced} events produced, {alerts} alerts shown.")
+    if not (path / "_spark_metadata").exists():
+        return
+    stats = spark.read.parquet(str(path))
+    per_driver = (stats.groupBy("driverId", "driverName")
+                  .agg(F.count("*").alias("windows"), F.sum("events").alias("events"),
+                       F.sum("violations").alias("violations"),
+                       (F.sum(F.col("avgSpeed") * F.col("events")) / F.sum("events")).alias("avgSpeed"))
+                  .orderBy(F.desc("violations")).collect())
+    if not per_driver:
+        console.print("no window closed yet; run longer (--duration) to see the aggregates.")
+        return
+    table = Table(title=f"closed windows in {path}")
+    for col in ("driver", "name", "windows", "events", "violations", "avg speed"):
+        table.add_column(col)
+    for r in per_driver:
+        table.add_row(str(r.driverId), r.driverName, str(r.windows), str(r.events), str(r.violations),
+                      f"{r.avgSpeed:.1f}")
+    console.print(table)

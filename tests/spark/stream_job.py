@@ -1,0 +1,44 @@
+"""A streaming query run as its own Spark driver process (killed and restarted by test_spark_restart.py).
+
+    python stream_job.py BOOTSTRAP TOPIC OUT CHECKPOINT (continuous|available-now) MAX_OFFSETS_PER_TRIGGER
+
+Reads TOPIC from the earliest offset with the strom source and appends (partition, offset, value) to
+a Parquet file sink at OUT. `continuous` runs micro-batches until killed; `available-now` finishes
+what is there and exits 0.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> int:
+    bootstrap, topic, out, checkpoint, mode, max_per_trigger = sys.argv[1:7]
+    from strom.spark import local_session
+
+    spark = local_session("strom-stream-job", "local[2]", **{
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    })
+    spark.sparkContext.setLogLevel("ERROR")
+    df = (spark.readStream.format("strom")
+          .option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic)
+          .option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", max_per_trigger)
+          .load()
+          .select("partition", "offset", "value"))
+    writer = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+              .queryName("strom_restart_job"))
+    writer = writer.trigger(availableNow=True) if mode == "available-now" else writer.trigger(processingTime="0 seconds")
+    query = writer.start()
+    print("query started", flush=True)
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
