@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import struct
 
 import pytest
@@ -72,3 +73,45 @@ def test_build_fills_missing_fields_and_drops_unknown() -> None:
                        "cluster_id": "ignored in v0"})
     assert resp.brokers[0].port == 9
     assert not hasattr(resp, "cluster_id")
+
+
+def _all_request_frames() -> list[tuple[int, int, bytes]]:
+    """One valid request frame per (api, version) the broker serves, from kio's defaults where possible."""
+    from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+    from strom.records.codec import build_batch
+
+    produce = ProduceRequest(acks=1, timeout=datetime.timedelta(seconds=1), topic_data=(
+        TopicProduceData(name="t", partition_data=(PartitionProduceData(index=0, records=build_batch([(b"k", b"v")])),)),))
+    fetch = FetchRequest(replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1000, isolation_level=0,
+                         topics=(FetchTopic(topic="t", partitions=(FetchPartition(partition=0, fetch_offset=0,
+                                                                                  partition_max_bytes=100),)),))
+    meta = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="t"),), allow_auto_topic_creation=True,
+                           include_topic_authorized_operations=False)
+    return [(0, 9, wire.encode_request(0, 9, 1, "c", produce)), (1, 4, wire.encode_request(1, 4, 2, "c", fetch)),
+            (3, 12, wire.encode_request(3, 12, 3, "c", meta))]
+
+
+def test_guard_accepts_valid_requests_and_rejects_every_truncation() -> None:
+    for _api, _version, frame in _all_request_frames():
+        payload = frame[4:]
+        prefix = wire.read_prefix(payload)
+        wire.decode_request(prefix, payload)
+        for cut in range(10, len(payload)):
+            with pytest.raises(wire.BadRequest):
+                wire.decode_request(prefix, payload[:cut])
+
+
+def test_guard_rejects_absurd_array_lengths_before_decoding() -> None:
+    from strom.protocol.guard import BadLength, entity_skimmer
+
+    # Metadata v12 body: compact array length 2^32-1 (i.e. 2^32-2 topics) in a 10-byte request.
+    body = b"\xfe\xff\xff\xff\x0f" + b"\x00" * 5
+    with pytest.raises(BadLength):
+        entity_skimmer(MetadataRequest)(body, 0)
+    # Metadata v1 (legacy int32 array length).
+    from kio.schema.metadata.v1.request import MetadataRequest as MetadataRequestV1
+
+    with pytest.raises(BadLength):
+        entity_skimmer(MetadataRequestV1)(struct.pack(">i", 2**31 - 1) + b"\x00" * 8, 0)

@@ -17,6 +17,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from strom.protocol.guard import entity_skimmer
+
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
 _PREFIX = struct.Struct(">hhi")
@@ -82,8 +84,10 @@ def _request_readers(api_key: int, api_version: int) -> tuple[Any, Any, Any]:
 def decode_request(prefix: RequestPrefix, frame: bytes) -> tuple[Any, Any]:
     """Decode header and body; raises BadRequest on anything malformed."""
     try:
-        read_header, read_body, _ = _request_readers(prefix.api_key, prefix.api_version)
+        read_header, read_body, cls = _request_readers(prefix.api_key, prefix.api_version)
         header, size = read_header(frame, 0)
+        # Check every length against the bytes present before the native decoder allocates for it.
+        entity_skimmer(cls)(frame, size)
         body, body_size = read_body(frame, size)
     except BadRequest:
         raise
