@@ -144,11 +144,13 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.log.flush()
         self.log.close()
         for path in sorted(self.path.glob("*index")):
-            damage = data.draw(st.sampled_from(["keep", "garbage", "cut", "delete"]))
+            damage = data.draw(st.sampled_from(["keep", "garbage", "cut", "empty", "delete"]))
             if damage == "garbage":
                 path.write_bytes(data.draw(st.binary(min_size=1, max_size=40)))
             elif damage == "cut":
                 path.write_bytes(path.read_bytes()[: data.draw(st.integers(0, 30))])
+            elif damage == "empty":
+                path.write_bytes(b"")
             elif damage == "delete":
                 path.unlink()
         self.log = PartitionLog.open(

@@ -228,3 +228,20 @@ def test_log_start_offset_past_surviving_data(tmp_path: Path) -> None:
     again = PartitionLog.open(tmp_path, "t", 0, CONFIG, log_start_offset=8)
     assert again.log_start_offset == again.log_end_offset == 8
     assert append(again, batch(1)).first_offset == 8
+
+
+@pytest.mark.parametrize("which", ["*.index", "*.timeindex"])
+def test_empty_index_files_are_not_trusted(tmp_path: Path, which: str) -> None:
+    """An empty index is well-formed, but a segment longer than index.interval.bytes (or with
+    timestamps) cannot have one: the cheap check against the log's tail must notice."""
+    log = fill(tmp_path)
+    expected = read_everything(log)
+    log.flush()
+    log.close()
+    for p in tmp_path.glob(which):
+        p.write_bytes(b"")
+    again = reopen(tmp_path, 80, clean=True)
+    assert read_everything(again) == expected
+    for k in (0, 17, 33, 79):
+        assert again.offset_for_timestamp(1000 + k // 2) == (k - k % 2, 1000 + k // 2)
+        assert iter_batches(again.read(k, 1))[0].base_offset == k - k % 2

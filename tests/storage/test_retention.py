@@ -21,8 +21,12 @@ SEGS = [Seg(100, 1_000), Seg(100, 2_000), Seg(100, 3_000), Seg(50, 4_000)]
 ENDS = [10, 20, 30, 35]
 
 
-def count(config: LogConfig, *, hw: int = 35, start: int = 0, now: int = 4_500, segs: list[Seg] = SEGS) -> int:
-    return deletable_segments(segs, ENDS, high_watermark=hw, log_start_offset=start, config=config, now_ms=now)
+def count(
+    config: LogConfig, *, hw: int = 35, start: int = 0, now: int = 4_500, segs: list[Seg] = SEGS
+) -> int:
+    return deletable_segments(
+        segs, ENDS, high_watermark=hw, log_start_offset=start, config=config, now_ms=now
+    )
 
 
 def test_time_retention_takes_expired_prefix() -> None:
@@ -41,7 +45,9 @@ def test_log_start_offset_deletes_whole_segments_below_it() -> None:
     cfg = LogConfig(retention_ms=-1)
     assert count(cfg, start=20) == 2
     assert count(cfg, start=19) == 1
-    assert count(LogConfig(cleanup_policy="compact", retention_ms=0), start=20) == 2  # compact: only this rule
+    assert (
+        count(LogConfig(cleanup_policy="compact", retention_ms=0), start=20) == 2
+    )  # compact: only this rule
 
 
 def test_never_above_high_watermark_nor_an_empty_active_segment() -> None:

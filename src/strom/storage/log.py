@@ -218,8 +218,6 @@ class PartitionLog:
                     continue
                 if recovered:
                     seg.seal()  # its max timestamp must survive in the time index, as at a roll
-                else:
-                    seg.next_offset = nxt.base_offset
             i += 1
 
     def _learn_epoch(self, header: BatchHeader) -> None:

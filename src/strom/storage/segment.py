@@ -186,18 +186,29 @@ class LogSegment:
     # ---- loading and recovery --------------------------------------------------------------
 
     def load_indexes(self) -> bool:
-        """Trust the index files if they pass the sanity check, then re-read the tail after the
-        last index entry (cheap: about index.interval.bytes). False means: call ``recover``."""
+        """Trust the index files only if they agree with the log where that is cheap to see:
+        the batches after the last offset index entry (about index.interval.bytes of headers)
+        must end exactly at the end of the file, none of them may lie where the index rule would
+        have made an entry, and none may be newer than the time index's last (final) entry.
+        False means: rebuild with ``recover``."""
         if not (self.offset_index.load(self.size) and self.time_index.load()):
             return False
-        if self.offset_index.positions:
-            pos = self.offset_index.last_position
-            expected = self.offset_index.base_offset + self.offset_index.relative_offsets[-1]
-            header = next(iter_headers(self.fd, pos, self.size, chunk=HEADER_SIZE), None)
-            if header is None or header.base_offset + header.last_offset_delta != expected:
-                return False
+        start = self.offset_index.last_position
+        indexed_last = self.base_offset + self.offset_index.relative_offsets[-1] if start else -1
+        max_timestamp, _ = self.time_index.last_entry()
+        end, next_offset = start, self.base_offset
+        chunk = 2 * self.index_interval_bytes + HEADER_SIZE
+        for header in iter_headers(self.fd, start, self.size, chunk=chunk):
+            if header.position == start and start and header.last_offset != indexed_last:
+                return False  # the entry does not point at the batch it names
+            if header.position - start > self.index_interval_bytes or header.max_timestamp > max_timestamp:
+                return False  # an entry is missing from one of the indexes
+            end, next_offset = header.position + header.size, header.next_offset
+        if end != self.size:
+            return False
+        self.next_offset = next_offset
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
-        self.last_index_position = self.offset_index.last_position
+        self.last_index_position = start
         self.indexes_dirty = False
         return True
 
