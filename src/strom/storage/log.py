@@ -34,6 +34,14 @@ from strom.storage.leader_epoch import LeaderEpochFileCache
 from strom.storage.producer_state import ProducerStateManager
 from strom.storage.retention import deletable_segments
 from strom.storage.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, iter_headers
+from strom.storage.swap import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    complete_swaps,
+    rename_segment_files,
+    strip_suffix,
+)
 
 __all__ = ["AppendInfo", "LogConfig", "OffsetOutOfRange", "PartitionLog", "wall_clock_ms"]
 
@@ -59,10 +67,28 @@ class LogConfig:
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
     max_message_bytes: int = 1048588
+    # Compaction (cleanup.policy=compact): see storage.cleaner.
+    delete_retention_ms: int = 86400000  # delete.retention.ms: how long tombstones stay
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    file_delete_delay_ms: int = 60000  # file.delete.delay.ms: deleted segment files linger this long
 
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compact_enabled(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's maxSegmentMs: a compacted log also rolls by max.compaction.lag.ms, so that the
+        active segment (never cleaned) cannot hold records past that lag."""
+        if self.compact_enabled and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
 
 @dataclass
@@ -97,6 +123,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._truncations = 0
         self._closed = False
+        # Set by the LogManager: takes segments removed from the log (files already renamed to
+        # .deleted) and closes and deletes them later, off the event loop. None: delete at once.
+        self.deletion_sink: Callable[[list[LogSegment]], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -170,6 +199,7 @@ class PartitionLog:
 
     def _scan_directory(self) -> list[int]:
         """Base offsets of the segments; removes temporary leftovers and orphan index files."""
+        complete_swaps(self.directory)  # a cleaning interrupted by a crash: finish or roll back
         bases: list[int] = []
         for path in self.directory.iterdir():
             if path.name.endswith(_LEFTOVER_SUFFIXES):
@@ -295,7 +325,7 @@ class PartitionLog:
         if (
             segment.size + size > config.segment_bytes
             or not segment.fits_relative(last_offset)
-            or self._waited_for_roll(segment, max_timestamp) > config.segment_ms
+            or self._waited_for_roll(segment, max_timestamp) > config.max_segment_ms
         ):
             return self.roll()
         return segment
@@ -550,9 +580,83 @@ class PartitionLog:
             self._segments = remaining
             self._base_offsets = [s.base_offset for s in remaining]
             self._unflushed_sealed = [s for s in self._unflushed_sealed if id(s) not in ids]
+            if self.deletion_sink is None:
+                for seg in doomed:
+                    seg.delete()
+            self._dir_dirty = True
+        if self.deletion_sink is not None:
+            self.dispose_segments(doomed, renamed=False)
+
+    def dispose_segments(self, doomed: list[LogSegment], *, renamed: bool = True) -> None:
+        """Delete segments already removed from the log: through the deletion sink if there is one
+        (files renamed to .deleted now, closed and removed later off the loop), else at once."""
+        if self.deletion_sink is None:
             for seg in doomed:
                 seg.delete()
+            return
+        if not renamed:
+            for seg in doomed:
+                rename_segment_files(seg, DELETED_SUFFIX)
+        self.deletion_sink(doomed)
+
+    # ---- compaction support (storage.cleaner) ----------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def pin_closed_segments(self, end_offset: int) -> tuple[list[tuple[LogSegment, int]], int]:
+        """For the cleaner, on the owner thread: (segment, a duplicate of its file descriptor) for
+        every closed segment with base offset below ``end_offset``, and the truncation count to hand
+        back to ``replace_segments``. The duplicates stay valid whatever happens to the segments;
+        the caller closes them."""
+        with self._lock:
+            pinned = [(s, os.dup(s.fd)) for s in self._segments[:-1] if s.base_offset < end_offset]
+            return pinned, self._truncations
+
+    def replace_segments(
+        self,
+        old: list[LogSegment],
+        new: LogSegment,
+        *,
+        truncations: int,
+        on_step: Callable[[str], None] | None = None,
+    ) -> list[LogSegment] | None:
+        """Swap a cleaned segment in for ``old`` (consecutive closed segments; ``new`` is written as
+        ``.cleaned`` files with its final paths as names), Kafka's replaceSegments: .cleaned ->
+        .swap, old files -> .deleted, .swap -> final names, then the segment list. Runs on the owner
+        thread. Returns the replaced segments (for ``dispose_segments``), or None when the log
+        changed meanwhile (truncated, closed, segments deleted): the caller discards ``new``."""
+        step = on_step or (lambda _step: None)
+        with self._lock:
+            if self._closed or truncations != self._truncations or not old:
+                return None
+            ids = [id(s) for s in self._segments]
+            try:
+                i = ids.index(id(old[0]))
+            except ValueError:
+                return None
+            if ids[i : i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
+                return None
+        paths = [new.offset_index.path, new.time_index.path, new.log_path]  # the .log last
+        for path in paths:
+            os.replace(path.with_name(path.name + CLEANED_SUFFIX), path.with_name(path.name + SWAP_SUFFIX))
+        step("swap")
+        for n, seg in enumerate(old):
+            rename_segment_files(seg, DELETED_SUFFIX)
+            if n == 0:
+                step("deleted-partial")
+        step("deleted")
+        for path in paths:
+            strip_suffix(path.with_name(path.name + SWAP_SUFFIX), SWAP_SUFFIX)
+        step("replaced")
+        ids_old = {id(s) for s in old}
+        with self._lock:
+            self._segments[i : i + len(old)] = [new]
+            self._base_offsets = [s.base_offset for s in self._segments]
+            self._unflushed_sealed = [s for s in self._unflushed_sealed if id(s) not in ids_old]
             self._dir_dirty = True
+        return old
 
     # ---- closing ---------------------------------------------------------------------------
 

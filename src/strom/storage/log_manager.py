@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from strom.storage.checkpoint import (
 )
 from strom.storage.errors import InconsistentMetadata
 from strom.storage.log import LogConfig, PartitionLog, wall_clock_ms
+from strom.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,12 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()  # the timed checkpoint and shutdown may overlap
         # Read at startup for replication; on one broker the high watermark follows the log end.
         self.high_watermark_checkpoints: dict[TopicPartition, int] = {}
+        # With defer_deletions (the broker sets it), segments that retention, DeleteRecords or the
+        # cleaner remove are renamed to .deleted at once and closed and unlinked by
+        # delete_due_files, off the event loop, file.delete.delay.ms later (Kafka's async delete).
+        self.defer_deletions = False
+        self._pending_deletions: list[tuple[float, list[LogSegment]]] = []
+        self._pending_lock = threading.Lock()
 
     def config_for(self, topic: str) -> LogConfig:
         override = self._topic_config(topic) if self._topic_config is not None else None
@@ -128,6 +136,7 @@ class LogManager:
                 clean_shutdown=clean,
                 now_ms=self._now_ms,
             )
+            self._attach(self._logs[tp])
         if clean:
             marker.unlink()
             fsync_dir(directory)
@@ -161,6 +170,7 @@ class LogManager:
         for plog in self._logs.values():
             plog.flush()
             plog.close()
+        self.delete_due_files(force=True)
         self.checkpoint()
         for directory in self.log_dirs:
             write_atomic(
@@ -197,7 +207,33 @@ class LogManager:
         )
         fsync_dir(parent)
         self._logs[(topic, partition)] = plog
+        self._attach(plog)
         return plog
+
+    # ---- deferred file deletion ------------------------------------------------------------
+
+    def _attach(self, plog: PartitionLog) -> None:
+        if self.defer_deletions:
+            plog.deletion_sink = lambda segments: self._defer(plog, segments)
+
+    def _defer(self, plog: PartitionLog, segments: list[LogSegment]) -> None:
+        due = time.monotonic() + plog.config.file_delete_delay_ms / 1000
+        with self._pending_lock:
+            self._pending_deletions.append((due, segments))
+
+    def delete_due_files(self, *, force: bool = False) -> int:
+        """Close and unlink the .deleted segment files whose delay has passed (all with ``force``).
+        Blocking: call it from a thread. Returns the number of segments removed."""
+        now = time.monotonic()
+        with self._pending_lock:
+            due = [segs for t, segs in self._pending_deletions if force or t <= now]
+            self._pending_deletions = [(t, segs) for t, segs in self._pending_deletions if not (force or t <= now)]
+        count = 0
+        for segments in due:
+            for seg in segments:
+                seg.delete()
+                count += 1
+        return count
 
     def _next_log_dir(self) -> Path:
         """Kafka's choice: the directory holding the fewest partitions."""

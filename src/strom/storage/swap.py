@@ -18,12 +18,20 @@ Its indexes are rebuilt from the log. As in Kafka (KAFKA-6264), a ``.swap`` at o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
 
 from strom.storage.checkpoint import fsync_dir
-from strom.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, file_name, iter_headers
+from strom.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    file_name,
+    iter_headers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +100,15 @@ def complete_swaps(directory: Path) -> int:
     return len(swaps)
 
 
-def rename_with_suffix(path: Path, suffix: str) -> Path | None:
-    """Rename ``path`` to ``path + suffix``; None if it did not exist."""
-    target = path.with_name(path.name + suffix)
-    try:
-        os.rename(path, target)
-    except FileNotFoundError:
-        return None
-    return target
+def rename_segment_files(seg: LogSegment, suffix: str) -> None:
+    """Rename a segment's three files to ``<name><suffix>`` and point the segment at the new names
+    (so ``seg.delete()`` removes them). A missing file (an index never written) is skipped."""
+    for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(path, path.with_name(path.name + suffix))
+    seg.log_path = seg.log_path.with_name(seg.log_path.name + suffix)
+    seg.offset_index.path = seg.offset_index.path.with_name(seg.offset_index.path.name + suffix)
+    seg.time_index.path = seg.time_index.path.with_name(seg.time_index.path.name + suffix)
 
 
 def strip_suffix(path: Path, suffix: str) -> Path:
