@@ -68,6 +68,14 @@ def producer_config(opts: BenchOptions, **extra: Any) -> dict[str, Any]:
     return config
 
 
+# For the consume workload: librdkafka stops fetching a partition once queued.min.messages (100,000)
+# records wait in its local queue and then backs off for fetch.queue.backoff.ms (1,000 ms), so with
+# small records the consumer idles for most of a second at a time and every broker measures the same
+# ~170,000 records/s. kafka-consumer-perf-test's Java consumer has no such pause; these keep the fetch
+# pipeline full instead (override with -X).
+THROUGHPUT_CONSUMER = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10}
+
+
 def consumer_config(opts: BenchOptions, **extra: Any) -> dict[str, Any]:
     # librdkafka wants a group.id even for assign(); nothing is committed and no group is joined.
     config = base_config(opts.client, **{

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from strom.bench.common import (
+    THROUGHPUT_CONSUMER,
     BenchOptions,
     LiveProgress,
     consumer_config,
@@ -167,7 +168,7 @@ def run_consume(opts: BenchOptions) -> BenchResult:
     from confluent_kafka import Consumer
 
     ensure_topic(opts, create=False)
-    consumer = Consumer(consumer_config(opts))
+    consumer = Consumer(consumer_config(opts, **THROUGHPUT_CONSUMER))
     try:
         tps, available = _assignment(consumer, opts, at_end=False)
         n = opts.records or available
