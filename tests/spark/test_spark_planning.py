@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from strom.spark.options import (
@@ -97,3 +99,74 @@ def test_split_ranges_min_partitions_and_max_records() -> None:
     assert all(a.until_offset == b.from_offset for a, b in zip(big_pieces, big_pieces[1:], strict=False))
     capped = split_ranges([big], max_records_per_partition=300)
     assert [r.size for r in capped] == [250, 250, 250, 250]
+
+
+# --------------------------------------------------------------------------------------------------
+# The stream reader's offset decisions, with the broker replaced by a table of offsets
+
+
+class FakeMetadata:
+    def __init__(self, earliest: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]) -> None:
+        self.earliest_offsets = earliest
+        self.latest_offsets = latest
+
+    def partitions(self, subscription: object) -> list[tuple[str, int]]:
+        return sorted(self.latest_offsets)
+
+    def earliest(self, tps: object) -> dict[tuple[str, int], int]:
+        return {tp: self.earliest_offsets[tp] for tp in tps}  # type: ignore[attr-defined]
+
+    def latest(self, tps: object) -> dict[tuple[str, int], int]:
+        return {tp: self.latest_offsets[tp] for tp in tps}  # type: ignore[attr-defined]
+
+
+def _stream_reader(meta: FakeMetadata, **kw: str) -> object:
+    from strom.spark.source import StromStreamReader
+
+    reader = StromStreamReader(source_options(opts(subscribePattern="t.*", **kw), streaming=True))
+    reader._metadata = meta  # type: ignore[assignment]
+    return reader
+
+
+def test_stream_reader_admission_control_and_available_now() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    meta = FakeMetadata({("t", 0): 0, ("t", 1): 0, ("u", 0): 5}, {("t", 0): 100, ("t", 1): 300, ("u", 0): 5})
+    r: Any = _stream_reader(meta, maxOffsetsPerTrigger="40")
+    assert r.getDefaultReadLimit() == ReadMaxRows(40)
+    start = {"t": {"0": 0, "1": 0}}
+    # u-0 is new: it begins at its earliest offset (5) and has nothing to read
+    assert r.latestOffset(start, ReadMaxRows(40)) == {"t": {"0": 10, "1": 30}, "u": {"0": 5}}
+    assert r.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 100, "1": 300}, "u": {"0": 5}}
+    r.prepareForTriggerAvailableNow()
+    meta.latest_offsets = {("t", 0): 500, ("t", 1): 500, ("u", 0): 9}  # arrives after the trigger started
+    assert r.latestOffset({"t": {"0": 100, "1": 300}, "u": {"0": 5}}, ReadMaxRows(40)) == {
+        "t": {"0": 100, "1": 300}, "u": {"0": 5}}  # nothing beyond the target: the query ends
+
+
+def test_stream_reader_min_offsets_per_trigger_waits() -> None:
+    meta = FakeMetadata({("t", 0): 0}, {("t", 0): 10})
+    r: Any = _stream_reader(meta, minOffsetsPerTrigger="50", maxTriggerDelay="1h")
+    from pyspark.sql.streaming.datasource import ReadMinRows
+
+    assert r.getDefaultReadLimit() == ReadMinRows(50)
+    assert r.latestOffset({"t": {"0": 0}}, ReadMinRows(50)) == {"t": {"0": 0}}  # 10 < 50: wait
+    meta.latest_offsets = {("t", 0): 60}
+    assert r.latestOffset({"t": {"0": 0}}, ReadMinRows(50)) == {"t": {"0": 60}}
+
+
+def test_stream_reader_plans_ranges_and_reports_data_loss() -> None:
+    from strom.spark import DataLossError
+
+    meta = FakeMetadata({("t", 0): 0, ("t", 1): 7}, {("t", 0): 1000, ("t", 1): 20})
+    r: Any = _stream_reader(meta, minPartitions="4")
+    parts = r.partitions({"t": {"0": 0}}, {"t": {"0": 1000}})
+    assert [(p.range.from_offset, p.range.until_offset) for p in parts] == [(0, 250), (250, 500), (500, 750),
+                                                                             (750, 1000)]
+    with pytest.raises(DataLossError, match="t-1 starts from 7 instead of 0"):
+        r.partitions({"t": {"0": 0}}, {"t": {"0": 10, "1": 20}})
+    with pytest.raises(DataLossError, match="Partitions t-1 are gone"):
+        r.partitions({"t": {"0": 0, "1": 3}}, {"t": {"0": 10}})
+    lenient: Any = _stream_reader(meta, failOnDataLoss="false")
+    parts = lenient.partitions({"t": {"0": 0}}, {"t": {"0": 10, "1": 20}})
+    assert [(p.range.partition, p.range.from_offset, p.range.until_offset) for p in parts] == [(0, 0, 10), (1, 7, 20)]

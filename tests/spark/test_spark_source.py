@@ -95,25 +95,51 @@ def test_batch_read_equals_what_was_produced(spark: Any, module_broker: Any) -> 
     assert sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect()) == want_ts
 
 
-def test_available_now_with_max_offsets_per_trigger(spark: Any, module_broker: Any, tmp_path: Path) -> None:
-    b = module_broker.bootstrap
-    create_topic(b, "avail", 2)
-    produced = produce(b, [{"topic": "avail", "value": f"v{i}".encode(), "partition": i % 2} for i in range(1000)])
-    query = (spark.readStream.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", "avail")
-             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load()
-             .writeStream.format("memory").queryName("avail_out")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+def _available_now(spark: Any, b: str, pattern: str, out: Path, ck: Path, per_trigger: int) -> Any:
+    query = (spark.readStream.format("strom").option("kafka.bootstrap.servers", b)
+             .option("subscribePattern", pattern).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(per_trigger)).load()
+             .select("topic", "partition", "offset", "value")
+             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
+             .trigger(availableNow=True).start())
     query.awaitTermination(240)
     assert not query.isActive
     assert query.exception() is None
+    return query
+
+
+def _end_offset(query: Any) -> Any:
+    end = query.lastProgress["sources"][0]["endOffset"]
+    return json.loads(end) if isinstance(end, str) else end
+
+
+def test_available_now_with_max_offsets_per_trigger(spark: Any, module_broker: Any, tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    b = module_broker.bootstrap
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    create_topic(b, "avail", 2)
+    produced = produce(b, [{"topic": "avail", "value": f"v{i}".encode(), "partition": i % 2} for i in range(1000)])
+    query = _available_now(spark, b, "avail.*", out, ck, 100)
     per_batch = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
     # 2 partitions x 500 records, 100 per trigger shared evenly: exactly 10 batches of 100.
     assert per_batch == [100] * 10
-    rows = spark.sql("select partition, offset, value from avail_out").collect()
-    assert sorted((r.partition, r.offset, r.value) for r in rows) == sorted(
-        (p.partition, p.offset, p.value) for p in produced)
-    end = query.lastProgress["sources"][0]["endOffset"]
-    assert json.loads(end) if isinstance(end, str) else end == {"avail": {"0": 500, "1": 500}}
+    assert _end_offset(query) == {"avail": {"0": 500, "1": 500}}
+
+    # A new partition and a newly matching topic: the restarted query reads them from their start.
+    admin = AdminClient({"bootstrap.servers": b})
+    for f in admin.create_partitions([NewPartitions("avail", 3)]).values():
+        f.result(timeout=30)
+    create_topic(b, "avail-extra", 1)
+    produced += produce(b, [{"topic": "avail", "value": f"n{i}".encode(), "partition": 2} for i in range(300)]
+                        + [{"topic": "avail-extra", "value": f"x{i}".encode()} for i in range(300)])
+    query = _available_now(spark, b, "avail.*", out, ck, 100)
+    per_batch = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+    assert per_batch == [100] * 6  # 2 new partitions x 300 records, 50 + 50 per trigger
+    assert _end_offset(query) == {"avail": {"0": 500, "1": 500, "2": 300}, "avail-extra": {"0": 300}}
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted((r.topic, r.partition, r.offset, r.value) for r in rows) == sorted(
+        (p.topic, p.partition, p.offset, p.value) for p in produced)
 
 
 def _run_until_done(spark: Any, b: str, topic: str, out: Path, ck: Path, **options: str) -> Any:
