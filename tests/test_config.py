@@ -12,6 +12,7 @@ import pytest
 from strom.config import (
     BROKER_CONFIGS,
     BROKER_DEFS,
+    DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
     TOPIC_DEFS,
     BrokerConfig,
@@ -104,7 +105,8 @@ def test_every_default_parses_and_passes_its_validator() -> None:
 def test_every_attribute_comes_from_a_definition() -> None:
     c = BrokerConfig.load()
     for f in dataclasses.fields(c):
-        if f.name in ("raw", "_values", "log_dirs", "log_retention_ms"):
+        if f.name in ("raw", "_values", "log_dirs", "log_retention_ms", "dynamic_default", "dynamic_broker",
+                      "static_raw"):
             continue
         name = f.name.replace("_", ".")
         assert name in BROKER_DEFS or f.name in ("log_roll_ms", "log_roll_jitter_ms"), f.name
@@ -446,7 +448,9 @@ def test_broker_describe_sources_and_flags() -> None:
     assert all(s.value is None for s in entries["ssl.key.password"].synonyms)
     assert entries["log.cleaner.io.max.bytes.per.second"].value == "1.7976931348623157E308"
     assert entries["log.segment.bytes"].type is ConfigType.INT
-    assert all(e.read_only for e in entries.values())
+    # Only the dynamically updatable ones (AlterConfigs on a BROKER resource) are writable.
+    assert all(e.read_only == (e.name not in DYNAMIC_BROKER_CONFIGS) for e in entries.values())
+    assert not entries["log.retention.ms"].read_only and entries["num.partitions"].read_only
     assert entries["num.partitions"].synonyms[0].source == "STATIC_BROKER_CONFIG"
     assert entries["num.partitions"].synonyms[-1].value == "1"
     assert ConfigSource.DEFAULT_CONFIG.id == 5 and ConfigSource.DYNAMIC_TOPIC_CONFIG.id == 1

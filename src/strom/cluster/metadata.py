@@ -63,6 +63,8 @@ class MetadataStore(Protocol):
     def delete_topic(self, name: str) -> None: ...
     def set_partition_count(self, name: str, partitions: int) -> None: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    def broker_configs(self, resource_name: str) -> dict[str, str]: ...
+    def set_broker_configs(self, resource_name: str, configs: dict[str, str]) -> None: ...
     def allocate_producer_id(self) -> int: ...
 
 
@@ -74,6 +76,8 @@ class LocalMetadataStore:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._next_producer_id = 0
+        # Dynamic broker configs by resource name: "" = cluster-wide defaults, "<broker.id>" = one broker.
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self.cluster_id = ""
         directory.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -86,6 +90,7 @@ class LocalMetadataStore:
         doc = json.loads(self.path.read_text())
         self.cluster_id = doc["cluster_id"]
         self._next_producer_id = int(doc.get("next_producer_id", 0))
+        self._broker_configs = {str(k): dict(v) for k, v in doc.get("broker_configs", {}).items()}
         for t in doc.get("topics", []):
             info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), int(t["partitions"]), dict(t.get("configs", {})),
                              bool(t.get("internal", False)))
@@ -102,6 +107,7 @@ class LocalMetadataStore:
                  "internal": t.internal}
                 for t in self._topics.values()
             ],
+            "broker_configs": self._broker_configs,
         }
         atomic_write(self.path, json.dumps(doc, indent=1).encode())
 
@@ -134,6 +140,17 @@ class LocalMetadataStore:
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self._topics[name].configs = dict(configs)
+        self._save()
+
+    def broker_configs(self, resource_name: str) -> dict[str, str]:
+        """Dynamic broker configs of a BROKER resource ("" for the cluster-wide defaults)."""
+        return dict(self._broker_configs.get(resource_name, {}))
+
+    def set_broker_configs(self, resource_name: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._broker_configs[resource_name] = dict(configs)
+        else:
+            self._broker_configs.pop(resource_name, None)
         self._save()
 
     def allocate_producer_id(self) -> int:

@@ -18,7 +18,8 @@ from ._defs import (
     Importance,
 )
 from .broker import BrokerConfig, Listener, parse_listeners, read_properties
-from .definitions import BROKER_CONFIGS, BROKER_DEFS, TOPIC_CONFIGS, TOPIC_DEFS
+from .definitions import BROKER_CONFIGS, BROKER_DEFS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, TOPIC_DEFS
+from .dynamic import check_dynamic_names, with_dynamic_configs
 from .topic import (
     describe_topic_config,
     log_config_for,
@@ -31,6 +32,7 @@ from .topic import (
 __all__ = [
     "BROKER_CONFIGS",
     "BROKER_DEFS",
+    "DYNAMIC_BROKER_CONFIGS",
     "TOPIC_CONFIGS",
     "TOPIC_DEFS",
     "BrokerConfig",
@@ -42,6 +44,7 @@ __all__ = [
     "ConfigType",
     "Importance",
     "Listener",
+    "check_dynamic_names",
     "describe_topic_config",
     "log_config_for",
     "parse_listeners",
@@ -50,4 +53,5 @@ __all__ = [
     "topic_config_defaults",
     "topic_config_values",
     "validate_topic_configs",
+    "with_dynamic_configs",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import socket
@@ -21,7 +22,13 @@ from ._defs import (
     format_value,
     snake,
 )
-from .definitions import BROKER_CONFIGS, BROKER_DEFS, KNOWN_PREFIXES, SECURITY_PROTOCOLS
+from .definitions import (
+    BROKER_CONFIGS,
+    BROKER_DEFS,
+    DYNAMIC_BROKER_CONFIGS,
+    KNOWN_PREFIXES,
+    SECURITY_PROTOCOLS,
+)
 
 log = logging.getLogger("strom.config")
 
@@ -132,6 +139,9 @@ _DERIVED = frozenset(
         "super_users",
         "raw",
         "_values",
+        "dynamic_default",
+        "dynamic_broker",
+        "static_raw",
     }
 )
 _BY_ATTRIBUTE = {snake(d.name): d.name for d in BROKER_CONFIGS}
@@ -268,6 +278,12 @@ class BrokerConfig:
     raw: dict[str, str] = field(repr=False)
     # Parsed value of every table entry, for get().
     _values: dict[str, Value] = field(repr=False, compare=False)
+    # Dynamic broker configs (AlterConfigs on a BROKER resource), already merged into raw: the
+    # cluster-wide defaults (resource name "") and this broker's own (resource name = broker.id),
+    # and what server.properties and --override gave (None: raw is all static).
+    dynamic_default: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    dynamic_broker: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    static_raw: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def load(
@@ -317,39 +333,68 @@ class BrokerConfig:
         return self._build({**self.raw, **parse_overrides(overrides)})
 
     def is_set(self, name: str) -> bool:
-        """Whether the property was given explicitly (file or override)."""
+        """Whether the property was given explicitly (file, override or dynamic config)."""
         return name in self.raw
+
+    def with_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> BrokerConfig:
+        """The configuration with these dynamic broker configs over the static ones (replacing any
+        dynamic configs this one had). Same validation as load; values are not checked for being
+        dynamically updatable here (see DYNAMIC_BROKER_CONFIGS)."""
+        static = self.static_raw if self.static_raw is not None else self.raw
+        built = self._build({**static, **default, **broker})
+        return dataclasses.replace(built, dynamic_default=dict(default), dynamic_broker=dict(broker),
+                                   static_raw=dict(static))
+
+    def layers(self, name: str) -> list[tuple[ConfigSource, str]]:
+        """Where ``name`` is set, most specific first: (source, value as written)."""
+        static = self.static_raw if self.static_raw is not None else self.raw
+        out = []
+        for source, layer in (
+            (ConfigSource.DYNAMIC_BROKER_CONFIG, self.dynamic_broker),
+            (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self.dynamic_default),
+            (ConfigSource.STATIC_BROKER_CONFIG, static),
+        ):
+            if name in layer:
+                out.append((source, layer[name]))
+        return out
+
+    def source_of(self, name: str) -> ConfigSource:
+        """Where the effective value of ``name`` comes from."""
+        found = self.layers(name)
+        return found[0][0] if found else ConfigSource.DEFAULT_CONFIG
+
+    def synonyms_of(self, name: str) -> list[ConfigSynonym]:
+        """DescribeConfigs synonyms of a broker property: every level that sets it, then its default."""
+        d = BROKER_DEFS[name]
+        out = [
+            ConfigSynonym(name, None if d.sensitive else format_value(d.parse(text)), source)
+            for source, text in self.layers(name)
+        ]
+        default = format_value(d.parsed_default())
+        if default is not None:
+            out.append(ConfigSynonym(name, None if d.sensitive else default, ConfigSource.DEFAULT_CONFIG))
+        return out
 
     def describe(self) -> list[ConfigEntry]:
         """Every broker property, for DescribeConfigs on a BROKER resource.
 
-        Static configuration is read-only (strom has no dynamic broker configs); sensitive
+        Sources follow Kafka: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+        STATIC_BROKER_CONFIG, DEFAULT_CONFIG. Only DYNAMIC_BROKER_CONFIGS are writable; sensitive
         values are reported as null, as Kafka does.
         """
         out = []
         for d in BROKER_CONFIGS:
             value = format_value(self._values[d.name])
-            default = format_value(d.parsed_default())
-            synonyms = []
-            if d.name in self.raw:
-                source = ConfigSource.STATIC_BROKER_CONFIG
-                synonyms.append(ConfigSynonym(d.name, None if d.sensitive else value, source))
-            else:
-                source = ConfigSource.DEFAULT_CONFIG
-            if default is not None:
-                synonyms.append(
-                    ConfigSynonym(d.name, None if d.sensitive else default, ConfigSource.DEFAULT_CONFIG)
-                )
             out.append(
                 ConfigEntry(
                     name=d.name,
                     value=None if d.sensitive else value,
-                    source=source,
-                    read_only=True,
+                    source=self.source_of(d.name),
+                    read_only=d.name not in DYNAMIC_BROKER_CONFIGS,
                     sensitive=d.sensitive,
                     type=d.type,
                     doc=d.doc,
-                    synonyms=tuple(synonyms),
+                    synonyms=tuple(self.synonyms_of(d.name)),
                 )
             )
         return out

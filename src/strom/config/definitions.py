@@ -348,6 +348,20 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
 BROKER_DEFS: dict[str, ConfigDef] = index(BROKER_CONFIGS)
 TOPIC_DEFS: dict[str, ConfigDef] = index(TOPIC_CONFIGS)
 
+# Broker properties that AlterConfigs / IncrementalAlterConfigs may change at runtime (Kafka's
+# DynamicBrokerConfig, as far as strom acts on them): the defaults of topic configs and the cleaner.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {d.name for d in BROKER_CONFIGS if d.topic_config is not None}
+    | {
+        "log.cleaner.threads",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.max.bytes.per.second",
+    }
+)
+
 # Keys not in the table that are still expected in a server.properties: per-listener settings
 # (listener.name.<listener>.<config>) are read by the security layer from BrokerConfig.raw.
 KNOWN_PREFIXES: tuple[str, ...] = ("listener.name.",)

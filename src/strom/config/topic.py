@@ -49,8 +49,10 @@ def _default_value(broker: BrokerConfig, d: ConfigDef) -> Value:
 
 
 def _default_source(broker: BrokerConfig, d: ConfigDef) -> ConfigSource:
-    if any(broker.is_set(s) for s in d.synonyms):
-        return ConfigSource.STATIC_BROKER_CONFIG
+    # The first synonym set (they are listed by precedence) decides: static or dynamic broker config.
+    for s in d.synonyms:
+        if broker.is_set(s):
+            return broker.source_of(s)
     return ConfigSource.DEFAULT_CONFIG
 
 
@@ -109,8 +111,8 @@ def describe_topic_config(broker: BrokerConfig, overrides: Mapping[str, str | No
     """Every topic config for DescribeConfigs on a TOPIC resource, sorted by name.
 
     Overrides report DYNAMIC_TOPIC_CONFIG; the rest report where the broker default came from
-    (STATIC_BROKER_CONFIG when server.properties or an override set a synonym, else
-    DEFAULT_CONFIG). Synonyms list every level, most specific first, as Kafka does.
+    (DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG when AlterConfigs set a synonym,
+    STATIC_BROKER_CONFIG when server.properties or an override did, else DEFAULT_CONFIG). Synonyms list every level, most specific first, as Kafka does.
     """
     out = []
     for d in sorted(TOPIC_CONFIGS, key=lambda c: c.name):
@@ -119,8 +121,8 @@ def describe_topic_config(broker: BrokerConfig, overrides: Mapping[str, str | No
         if override is not None:
             synonyms.append(ConfigSynonym(d.name, override, ConfigSource.DYNAMIC_TOPIC_CONFIG))
         for s in d.synonyms:
-            if broker.is_set(s):
-                synonyms.append(ConfigSynonym(s, format_value(broker.get(s)), ConfigSource.STATIC_BROKER_CONFIG))
+            for source, text in broker.layers(s):
+                synonyms.append(ConfigSynonym(s, format_value(BROKER_DEFS[s].parse(text)), source))
         for s in d.synonyms:
             default = BROKER_DEFS[s].default
             if default is not None:
