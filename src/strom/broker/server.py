@@ -8,8 +8,10 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.handlers import ApiHandler, discover
+from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
 from strom.broker.topics import TopicManager
@@ -39,8 +41,11 @@ class Broker:
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.metadata = LocalMetadataStore(log_dirs[0])
+        self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
         self.topics = TopicManager(self)
+        self.maintenance = LogMaintenance(self)  # retention and the log cleaner
+        self.config_admin = ConfigAdmin(self)
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
@@ -67,6 +72,7 @@ class Broker:
         self.topics.reconcile()
         self.group_coordinator = GroupCoordinatorRuntime(self)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
+        await self.maintenance.start()  # after the replay, which reads logs from threads
         advertised = self.config.advertised_listeners or self.config.listeners
         for listener in self.config.listeners:
             server = await loop.create_server(lambda: KafkaConnection(self), listener.host or "0.0.0.0", listener.port,
@@ -131,6 +137,7 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.close()
         await self.group_coordinator.stop()
+        await self.maintenance.stop()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -1,4 +1,5 @@
-"""DescribeConfigs (32): broker and topic configs with their sources."""
+"""DescribeConfigs (32): broker and topic configs with their sources (and synonyms, types and docs
+when asked). A BROKER resource named "" lists the cluster-wide dynamic defaults only, as in Kafka."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             else:
                 entries = describe_topic_config(broker.config, info.configs)
         elif r.resource_type == BROKER:
-            if r.resource_name not in ("", str(broker.config.broker_id)):
+            if r.resource_name == "":
+                entries = [e for e in broker.config.describe() if e.name in broker.config.dynamic_default]
+            elif r.resource_name != str(broker.config.broker_id):
                 result.update(error_code=INVALID_REQUEST, error_message=f"unknown broker {r.resource_name}")
             else:
                 entries = broker.config.describe()
@@ -43,10 +46,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             result.update(error_code=INVALID_REQUEST, error_message=f"unsupported resource type {r.resource_type}")
         if entries is not None:
             keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+            synonyms = bool(getattr(request, "include_synonyms", False))
+            docs = bool(getattr(request, "include_documentation", False))
             result["configs"] = [
                 {"name": e.name, "value": e.value, "read_only": e.read_only,
                  "config_source": SOURCE_CODES.get(e.source, 0), "is_default": e.source == "DEFAULT_CONFIG",
-                 "is_sensitive": e.sensitive, "synonyms": [], "config_type": 0, "documentation": None}
+                 "is_sensitive": e.sensitive,
+                 "synonyms": [{"name": s.name, "value": s.value, "source": SOURCE_CODES.get(s.source, 0)}
+                              for s in e.synonyms] if synonyms else [],
+                 "config_type": int(e.type), "documentation": e.doc if docs else None}
                 for e in entries
                 if keys is None or e.name in keys
             ]

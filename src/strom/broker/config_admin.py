@@ -1,0 +1,204 @@
+"""Changing topic and broker configs at runtime (AlterConfigs, IncrementalAlterConfigs).
+
+Validation answers with Kafka's error codes; a change is persisted in the metadata store, then
+applied live: each partition log gets its new LogConfig (a new retention.ms counts at the next
+retention check, a new segment.bytes at the next roll), and the log cleaner is woken. Dynamic broker
+configs live at two levels, as in Kafka: resource name "" (cluster-wide defaults) and the broker's
+id (this broker's own); both change the defaults every topic without an override inherits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from strom.config import (
+    TOPIC_DEFS,
+    BrokerConfig,
+    ConfigError,
+    check_dynamic_names,
+    log_config_for,
+    topic_config_values,
+    validate_topic_configs,
+    with_dynamic_configs,
+)
+from strom.config._defs import ConfigType, format_value
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+    from strom.cluster.metadata import MetadataStore
+
+log = logging.getLogger("strom.configs")
+
+TOPIC = 2
+BROKER = 4
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+
+# IncrementalAlterConfigs operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+OPERATION_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+
+class ConfigChangeError(Exception):
+    """A refused change; ``error_code`` is Kafka's code for it."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def load_persisted(config: BrokerConfig, metadata: MetadataStore) -> BrokerConfig:
+    """At start: the static config with the dynamic broker configs kept in the metadata store. A
+    stored level that no longer validates is skipped with a warning, never fatal."""
+    default = metadata.broker_configs("")
+    mine = metadata.broker_configs(str(config.broker_id))
+    if not default and not mine:
+        return config
+    try:
+        return with_dynamic_configs(config, default, mine)
+    except ConfigError as e:
+        log.warning("ignoring stored dynamic broker configs: %s", e)
+    empty: dict[str, str] = {}
+    for level_default, level_mine in ((default, empty), (empty, mine)):
+        try:
+            return with_dynamic_configs(config, level_default, level_mine)
+        except ConfigError:
+            continue
+    return config
+
+
+class ConfigAdmin:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ---- resources -------------------------------------------------------------------------------
+
+    def broker_level(self, resource_name: str) -> str:
+        """The metadata key of a BROKER resource: "" or this broker's id; anything else is refused."""
+        if resource_name in ("", str(self.broker.config.broker_id)):
+            return resource_name
+        raise ConfigChangeError(
+            INVALID_REQUEST,
+            f"Unexpected broker id, expected {self.broker.config.broker_id} or empty string, but received "
+            f"{resource_name}",
+        )
+
+    def current(self, resource_type: int, resource_name: str) -> dict[str, str]:
+        """The overrides a resource has now (a topic's configs, a broker level's dynamic configs)."""
+        if resource_type == TOPIC:
+            info = self.broker.metadata.get_topic(resource_name)
+            if info is None:
+                raise ConfigChangeError(UNKNOWN_TOPIC_OR_PARTITION,
+                                        f"Topic '{resource_name}' does not exist.")
+            return dict(info.configs)
+        if resource_type == BROKER:
+            return self.broker.metadata.broker_configs(self.broker_level(resource_name))
+        raise ConfigChangeError(INVALID_REQUEST, f"Unsupported resource type {resource_type}: only topics "
+                                                 "(2) and brokers (4) have configs that can be altered")
+
+    # ---- incremental operations ------------------------------------------------------------------
+
+    def apply_operations(
+        self, resource_type: int, resource_name: str, ops: list[tuple[str, int, str | None]]
+    ) -> dict[str, str]:
+        """The resource's overrides after IncrementalAlterConfigs' (name, operation, value) list."""
+        names = [name for name, _, _ in ops]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigChangeError(INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
+        configs = self.current(resource_type, resource_name)
+        for name, op, value in ops:
+            config_type = self._config_type(resource_type, name)
+            if op == SET:
+                if value is None:
+                    raise ConfigChangeError(INVALID_REQUEST, f"Null value not supported for: {name}")
+                configs[name] = value
+            elif op == DELETE:
+                configs.pop(name, None)
+            elif op in (APPEND, SUBTRACT):
+                if config_type is not ConfigType.LIST:
+                    verb = "append" if op == APPEND else "subtract"
+                    raise ConfigChangeError(INVALID_CONFIG,
+                                            f"Config value {verb} is not allowed for config key: {name}")
+                items = [s.strip() for s in (value or "").split(",") if s.strip()]
+                current = self._current_list(resource_type, name, configs)
+                if op == APPEND:
+                    current += [i for i in items if i not in current]
+                else:
+                    current = [c for c in current if c not in items]
+                configs[name] = ",".join(current)
+            else:
+                raise ConfigChangeError(INVALID_REQUEST, f"Unknown alter config operation {op} for {name}")
+        return configs
+
+    def _config_type(self, resource_type: int, name: str) -> ConfigType:
+        from strom.config import BROKER_DEFS
+
+        defs = TOPIC_DEFS if resource_type == TOPIC else BROKER_DEFS
+        d = defs.get(name)
+        if d is None:
+            kind = "topic" if resource_type == TOPIC else "broker"
+            raise ConfigChangeError(INVALID_CONFIG, f"Unknown {kind} config name: {name}")
+        return d.type
+
+    def _current_list(self, resource_type: int, name: str, configs: Mapping[str, str]) -> list[str]:
+        """A list config's value to APPEND to / SUBTRACT from: the override, else the effective one."""
+        if name in configs:
+            text = configs[name]
+        elif resource_type == TOPIC:
+            text = format_value(topic_config_values(self.broker.config, {})[name]) or ""
+        else:
+            text = format_value(self.broker.config.get(name)) or ""
+        return [s.strip() for s in text.split(",") if s.strip()]
+
+    # ---- validate, persist, apply ----------------------------------------------------------------
+
+    def validate(self, resource_type: int, resource_name: str, configs: dict[str, str]) -> BrokerConfig | None:
+        """Check a resource's complete new set of overrides; for a broker level, the new config."""
+        self.current(resource_type, resource_name)  # the resource exists
+        try:
+            if resource_type == TOPIC:
+                validate_topic_configs(configs, self.broker.config)
+                return None
+            check_dynamic_names(configs)
+            level = self.broker_level(resource_name)
+            default = configs if level == "" else self.broker.metadata.broker_configs("")
+            mine = configs if level != "" else self.broker.metadata.broker_configs(str(self.broker.config.broker_id))
+            return with_dynamic_configs(self.broker.config, default, mine)
+        except ConfigError as e:
+            raise ConfigChangeError(INVALID_CONFIG, str(e)) from None
+
+    def alter(self, resource_type: int, resource_name: str, configs: dict[str, str], validate_only: bool) -> None:
+        """Replace a resource's overrides with ``configs`` (validated), unless ``validate_only``."""
+        new_broker_config = self.validate(resource_type, resource_name, configs)
+        if validate_only:
+            return
+        if resource_type == TOPIC:
+            self.broker.metadata.set_topic_configs(resource_name, configs)
+            self.apply_topic(resource_name)
+            log.info("topic %s configs are now %s", resource_name, configs)
+        else:
+            assert new_broker_config is not None
+            self.broker.metadata.set_broker_configs(self.broker_level(resource_name), configs)
+            self.apply_broker_config(new_broker_config)
+            log.info("dynamic broker configs (%s) are now %s", resource_name or "cluster default", configs)
+
+    def apply_topic(self, name: str) -> None:
+        info = self.broker.metadata.get_topic(name)
+        if info is None:
+            return
+        self.broker.log_manager.update_config(name, self.broker.topics.log_config(info))
+        self.broker.maintenance.config_changed()
+
+    def apply_broker_config(self, config: BrokerConfig) -> None:
+        broker = self.broker
+        broker.config = config
+        broker.log_manager.default_config = log_config_for(config, {})
+        for info in broker.metadata.topics().values():
+            broker.log_manager.update_config(info.name, broker.topics.log_config(info))
+        broker.maintenance.config_changed()
