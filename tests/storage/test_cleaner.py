@@ -224,6 +224,22 @@ def test_last_batch_of_active_producer_is_kept_empty(tmp_path: Path) -> None:
     reopened.close_handlers()
 
 
+def test_empty_batch_goes_once_its_producer_writes_again(tmp_path: Path) -> None:
+    clock = Clock()
+    _, plog, cleaner = manager(tmp_path, clock)
+    put(plog, clock, "k", "first", producer_id=3, producer_epoch=0, base_sequence=0)
+    for i in range(30):
+        put(plog, clock, "k", f"plain{i}")
+    assert cleaner.clean_once()
+    assert [h.records_count for h in iter_batches(read_everything(plog)) if h.producer_id == 3] == [0]
+    put(plog, clock, "other", "x", producer_id=3, producer_epoch=0, base_sequence=1)  # its new last batch
+    for i in range(30):
+        put(plog, clock, "k", f"more{i}")
+    assert cleaner.clean_once()
+    kept = [h for h in iter_batches(read_everything(plog)) if h.producer_id == 3]
+    assert [(h.records_count, h.base_sequence) for h in kept] == [(1, 1)]
+
+
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
 def test_compressed_batches_recompressed(tmp_path: Path, codec: int) -> None:
     clock = Clock()

@@ -177,8 +177,10 @@ def filter_batch(
     need_horizon = has_tombstones and horizon is None
     new_horizon = now_ms + delete_retention_ms if need_horizon else horizon
     live_horizon = new_horizon if has_tombstones else None
+    if not kept:  # an empty batch stays only while it is its producer's last (Kafka's RETAIN_EMPTY)
+        if not keep_empty:
+            return FilterResult(None, 0, removed, None)
+        return FilterResult(original if not records else empty_batch(header), 0, removed, None)
     if not removed and not need_horizon:
         return FilterResult(original, len(kept), 0, live_horizon)
-    if not kept:
-        return FilterResult(empty_batch(header) if keep_empty else None, 0, removed, None)
     return FilterResult(build_filtered(header, kept, new_horizon), len(kept), removed, live_horizon)
