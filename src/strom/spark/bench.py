@@ -4,9 +4,11 @@
 
 Fills a 2-partition topic (unless it already holds the records), then reads all of it
 1. with a bare confluent-kafka consumer (the client's ceiling: no columns, no Spark),
-2. in this process, the executor's work only: records -> Arrow batches, and records -> tuples ->
-   Arrow through PySpark's own converter (what Spark does with tuples),
-3. through Spark (local[2]): spark.read.format("strom") ... write.format("noop"), arrow=true and false.
+2. the conversion alone, from up to 200,000 records fetched into memory beforehand: records ->
+   Arrow batches, and records -> tuples -> Arrow through PySpark's own converter (what Spark does
+   with tuples a reader yields),
+3. the executor's whole work (fetch and conversion) in this process, both ways,
+4. through Spark (local[2]): spark.read.format("strom") ... write.format("noop"), arrow=true and false.
 Prints records/s for each; best of --repeat runs.
 """
 
@@ -51,6 +53,18 @@ def _fill(bootstrap: str, topic: str, records: int, size: int) -> list[tuple[int
         ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)]
     c.close()
     return [(p, ends[p]) for p in (0, 1)]
+
+
+def _fetch_into_memory(bootstrap: str, topic: str, n: int) -> list[Any]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    msgs: list[Any] = []
+    while len(msgs) < n:
+        msgs += [m for m in c.consume(num_messages=min(8192, n - len(msgs)), timeout=1.0) if m.error() is None]
+    c.close()
+    return msgs
 
 
 def _best(repeat: int, fn: Callable[[], int]) -> tuple[float, int]:
@@ -102,25 +116,46 @@ def main(argv: list[str] | None = None) -> None:
 
     report("confluent-kafka consumer alone (key/value/offset/ts)", *_best(args.repeat, bare))
 
-    # 2. the executor's work, in this process
-    from strom.spark import fetch
+    # 2. the conversion alone, from records already fetched into memory
+    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
+    from strom.spark import fetch
+    from strom.spark.source import StromDataSource, source_schema
+
+    msgs = _fetch_into_memory(b, topic, min(ends[0][1], 200_000))
+    chunks = [msgs[i:i + fetch.BATCH_ROWS] for i in range(0, len(msgs), fetch.BATCH_ROWS)]
+    schema = fetch.arrow_schema(False)
+    ds = StromDataSource({})
+
+    def columns(chunk: list[Any]) -> Any:
+        cols = fetch._Columns(False)
+        cols.add_all(chunk)
+        return cols
+
+    def convert_arrow() -> int:
+        return sum(columns(c).to_batch(schema, topic, 0).num_rows for c in chunks)
+
+    def convert_tuples() -> int:
+        rows = (row for c in chunks for row in columns(c).to_tuples(topic, 0))
+        return sum(batch.num_rows for batch in records_to_arrow_batches(rows, 10_000, source_schema(False), ds))
+
+    for _ in range(2):  # alternate, so drift on a shared machine hits both
+        report("conversion only: records -> Arrow batches (strom.spark)", *_best(args.repeat, convert_arrow))
+        report("conversion only: records -> tuples -> Arrow (PySpark's)", *_best(args.repeat, convert_tuples))
+    msgs.clear()  # free the fetched records
+    chunks.clear()
+
+    # 3. the executor's whole work (fetch + conversion), in this process
     def arrow() -> int:
         return sum(batch.num_rows for r in ranges for batch in fetch.read_range(opts, r))
 
-    report("executor: records -> Arrow batches (strom.spark)", *_best(args.repeat, arrow))
-
     def tuples() -> int:
-        from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
-
-        from strom.spark.source import StromDataSource, source_schema
-
-        ds = StromDataSource({})
         return sum(batch.num_rows for r in ranges
                    for batch in records_to_arrow_batches(fetch.read_range_tuples(opts, r), 10_000,
                                                          source_schema(False), ds))
 
-    report("executor: records -> tuples -> Arrow (PySpark's converter)", *_best(args.repeat, tuples))
+    report("executor: fetch + records -> Arrow batches", *_best(args.repeat, arrow))
+    report("executor: fetch + records -> tuples -> Arrow", *_best(args.repeat, tuples))
 
     # 3. through Spark
     if not args.skip_spark:
@@ -138,17 +173,21 @@ def main(argv: list[str] | None = None) -> None:
             return run
 
         spark_read(True)()  # warm-up: JVM and Python workers
-        report("Spark local[2] read -> noop, Arrow batches", *_best(args.repeat, spark_read(True)))
-        report("Spark local[2] read -> noop, tuples (arrow=false)", *_best(args.repeat, spark_read(False)))
+        for _ in range(2):
+            report("Spark local[2] read -> noop, Arrow batches", *_best(args.repeat, spark_read(True)))
+            report("Spark local[2] read -> noop, tuples (arrow=false)", *_best(args.repeat, spark_read(False)))
         spark.stop()
-    by_name: dict[str, Any] = {name: n / s for name, s, n in results}
-    a = by_name.get("Spark local[2] read -> noop, Arrow batches")
-    t = by_name.get("Spark local[2] read -> noop, tuples (arrow=false)")
-    if a and t:
-        print(f"Arrow / tuples through Spark: {a / t:.2f}x")
-    ea = by_name["executor: records -> Arrow batches (strom.spark)"]
-    et = by_name["executor: records -> tuples -> Arrow (PySpark's converter)"]
-    print(f"Arrow / tuples in the executor: {ea / et:.2f}x")
+    best: dict[str, float] = {}
+    for name, s, n in results:
+        best[name] = max(best.get(name, 0.0), n / s)
+    for what, a, t in (
+            ("conversion only", "conversion only: records -> Arrow batches (strom.spark)",
+             "conversion only: records -> tuples -> Arrow (PySpark's)"),
+            ("executor", "executor: fetch + records -> Arrow batches", "executor: fetch + records -> tuples -> Arrow"),
+            ("through Spark", "Spark local[2] read -> noop, Arrow batches",
+             "Spark local[2] read -> noop, tuples (arrow=false)")):
+        if a in best and t in best:
+            print(f"Arrow / tuples, {what}: {best[a] / best[t]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ per-value conversion on Spark's side.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 import uuid
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.spark")
 
 BATCH_ROWS = 8192  # rows per Arrow record batch handed to Spark
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MS = datetime.timedelta(milliseconds=1)
 
 
 class DataLossError(RuntimeError):
@@ -108,6 +111,15 @@ class _Columns:
         """Spark's timestampType: 0 CreateTime, 1 LogAppendTime (librdkafka says 1 and 2)."""
         return [t[0] - 1 for t in self.ts]
 
+    def to_tuples(self, topic: str, partition: int) -> Iterator[tuple[Any, ...]]:
+        n = len(self.offsets)
+        stamps = [_EPOCH + t * _MS for t in self.timestamps_ms()]
+        columns: list[list[Any]] = [self.keys, self.values, [topic] * n, [partition] * n, self.offsets, stamps,
+                                    self.timestamp_types()]
+        if self.headers is not None:
+            columns.append(self.headers)
+        return zip(*columns, strict=True)
+
     def to_batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -139,21 +151,8 @@ def read_range_tuples(options: SourceOptions, r: OffsetRange, *, batch_rows: int
                       consumer_factory: Callable[[dict[str, Any]], Any] | None = None) -> Iterator[tuple[Any, ...]]:
     """The same records as Python tuples, one per row (the slower form Spark converts value by value;
     kept to measure against, and for the option arrow=false)."""
-    import datetime
-
-    utc = datetime.UTC
-    epoch = datetime.datetime(1970, 1, 1, tzinfo=utc)
-    ms = datetime.timedelta(milliseconds=1)
     for cols in read_columns(options, r, batch_rows=batch_rows, consumer_factory=consumer_factory):
-        topics = [r.topic] * len(cols)
-        parts = [r.partition] * len(cols)
-        stamps = [epoch + t * ms for t in cols.timestamps_ms()]
-        types = cols.timestamp_types()
-        if cols.headers is None:
-            yield from zip(cols.keys, cols.values, topics, parts, cols.offsets, stamps, types, strict=True)
-        else:
-            yield from zip(cols.keys, cols.values, topics, parts, cols.offsets, stamps, types, cols.headers,
-                           strict=True)
+        yield from cols.to_tuples(r.topic, r.partition)
 
 
 def read_columns(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATCH_ROWS,
