@@ -644,26 +644,27 @@ def run_scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             res["seed"] = _counts(seed)
             res["rss_after_create_mb"] = round(rss_bytes(b.pid) / 2**20, 1)
             each = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-            with RssSampler(b.pid) as rss:
-                children = [subprocess.Popen([sys.executable, "-c", SCALE_CLIENT, b.bootstrap, "scale", str(c),
-                                              str(per_client), str(partitions), "100", "3"],
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                            for c in each if c]
-                peak_conn = 0
-                t0 = time.perf_counter()
-                while any(c.poll() is None for c in children) and time.perf_counter() - t0 < 600:
-                    peak_conn = max(peak_conn, established_connections(b.port))
-                    time.sleep(0.2)
-                results = []
-                for c in children:
-                    try:
-                        stdout, stderr = c.communicate(timeout=max(1.0, 600 - (time.perf_counter() - t0)))
-                    except subprocess.TimeoutExpired:
-                        c.kill()
-                        stdout, stderr = c.communicate()
-                    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-                    results.append(json.loads(lines[-1]) if lines else {"error": stderr[-500:]})
-                res["produce_s"] = round(time.perf_counter() - t0, 2)
+            rss = RssSampler(b.pid)  # the peak covers the produce and the consume phase
+            rss.__enter__()
+            children = [subprocess.Popen([sys.executable, "-c", SCALE_CLIENT, b.bootstrap, "scale", str(c),
+                                          str(per_client), str(partitions), "100", "3"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                        for c in each if c]
+            peak_conn = 0
+            t0 = time.perf_counter()
+            while any(c.poll() is None for c in children) and time.perf_counter() - t0 < 600:
+                peak_conn = max(peak_conn, established_connections(b.port))
+                time.sleep(0.2)
+            results = []
+            for c in children:
+                try:
+                    stdout, stderr = c.communicate(timeout=max(1.0, 600 - (time.perf_counter() - t0)))
+                except subprocess.TimeoutExpired:
+                    c.kill()
+                    stdout, stderr = c.communicate()
+                lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+                results.append(json.loads(lines[-1]) if lines else {"error": stderr[-500:]})
+            res["produce_s"] = round(time.perf_counter() - t0, 2)
             res["peak_connections"] = peak_conn
             res["clients"] = {
                 "sent": sum(x.get("sent", 0) for x in results),
@@ -671,7 +672,6 @@ def run_scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "failed": sum(x.get("failed", 0) for x in results),
                 "errors": [x.get("errors") or x.get("error") for x in results if x.get("errors") or x.get("error")],
             }
-            res["rss_peak_mb"] = round(rss.peak / 2**20, 1)
             expected = partitions * 10 + res["clients"]["acknowledged"]
             r = subprocess.run(bench_command("consume", b.bootstrap, [
                 "--topic", "scale", "--records", str(expected), "--timeout", "20", "--duration", "300"]),
@@ -679,6 +679,8 @@ def run_scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             cons = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {"error": r.stderr[-500:]}
             res["consume"] = {**_counts(cons), "expected": expected,
                               "records_per_s": cons.get("records_per_s")}
+            rss.__exit__()
+            res["rss_peak_mb"] = round(rss.peak / 2**20, 1)
             res["rss_end_mb"] = round(rss_bytes(b.pid) / 2**20, 1)
             res["broker_alive"] = b.alive()
             if isinstance(b, StromBroker):
@@ -767,7 +769,8 @@ def machine() -> dict[str, Any]:
         import confluent_kafka
 
         info["librdkafka"] = confluent_kafka.libversion()[0]
-        info["confluent_kafka"] = confluent_kafka.version()[0]
+        version = confluent_kafka.version()
+        info["confluent_kafka"] = version if isinstance(version, str) else version[0]
     except ImportError:
         pass
     return info
@@ -853,7 +856,7 @@ def print_scale(sc: dict[str, Any], console: Any) -> None:
         ("consume records/s", lambda r: fmt(r.get("consume", {}).get("records_per_s"))),
         ("RSS idle MB", lambda r: r.get("rss_idle_mb")),
         ("RSS after creating the topic MB", lambda r: r.get("rss_after_create_mb")),
-        ("RSS peak with the clients MB", lambda r: r.get("rss_peak_mb")),
+        ("RSS peak (clients producing, then consuming) MB", lambda r: r.get("rss_peak_mb")),
         ("RSS at the end MB", lambda r: r.get("rss_end_mb")),
         ("restart after clean stop, s", lambda r: r.get("restart_ready_s")),
         ("error", lambda r: r.get("error")),
@@ -871,6 +874,30 @@ def print_scale(sc: dict[str, Any], console: Any) -> None:
         mark = "[green]met[/]" if t["met"] else "[red]missed[/]"
         console.print(f"  target {t['what']}: {fmt(t.get('median')) if 'median' in t else ''} {mark}",
                       highlight=False)
+
+
+def markdown_report(report: dict[str, Any]) -> str:
+    """The tables as Markdown (for docs/performance.md)."""
+    out: list[str] = []
+    for name, w in report["workloads"].items():
+        if "error" in w:
+            out.append(f"**{name}**: ERROR {w['error']}\n")
+            continue
+        labels = list(w["counts"].keys())
+        ratio_cols = sorted({k for f in w["figures"].values() for k in f if k.startswith("ratio ")})
+        out.append(f"**{name}**: {w['title']}\n")
+        out.append("| figure | " + " | ".join([*labels, *ratio_cols]) + " |")
+        out.append("|---|" + "---:|" * (len(labels) + len(ratio_cols)))
+        for fig, entry in w["figures"].items():
+            cells = [fmt_spread(entry.get(c)) for c in [*labels, *ratio_cols]]
+            out.append(f"| {FIGURES[fig][0]} | " + " | ".join(cells) + " |")
+        bad = {label: sum(1 for c in counts if "error" in c or not c.get("ok")) for label, counts in w["counts"].items()}
+        out.append("")
+        out.append("Every run counted every record: " + ("yes" if not any(bad.values()) else f"no {bad}") + ". "
+                   + " ".join(f"Target {t['what']}: median {fmt(t.get('median'))}, "
+                              f"{'met' if t['met'] else 'missed'}." for t in w["targets"]))
+        out.append("")
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -894,7 +921,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale-records-per-client", type=int, default=500)
     p.add_argument("--restart-gb", type=float, default=1.0,
                    help="scale: GB of log to write before timing a restart (0: skip; issue target: 10).")
+    p.add_argument("--report", type=Path, default=None, metavar="FILE",
+                   help="Print the tables of a report saved with --json, and run nothing.")
+    p.add_argument("--markdown", action="store_true", help="With --report: the tables as Markdown.")
     args = p.parse_args(argv)
+    if args.report is not None:
+        saved = json.loads(args.report.read_text())
+        if args.markdown:
+            print(markdown_report(saved))
+        else:
+            print_report(saved)
+        return 0
     chosen = args.workload or names
     all_w = workloads(args.records_factor, args.max_seconds)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="strom-compare-"))

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("profiles", nargs="+", type=Path)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--under", default=None, help="Only stacks through a frame containing this text.")
-    p.add_argument("--min-depth-total", default="strom/", help="Total table: only functions whose file "
-                   "contains this text (default strom/; '' for all).")
+    p.add_argument("--only", default="strom/", help="Total table: only functions whose file contains this "
+                   "text (default strom/; '' for all).")
     args = p.parse_args(argv)
     self_counts, total_counts, samples = load(args.profiles, args.under)
     if not samples:
@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nself (the function itself, not its callees), top {args.top}:")
     for func, n in self_counts.most_common(args.top):
         print(f"  {100 * n / samples:5.1f}%  {func}")
-    print(f"\ntotal (including callees), {args.min_depth_total or 'all'} functions, top {args.top}:")
+    print(f"\ntotal (including callees), {args.only or 'all'} functions, top {args.top}:")
     shown = 0
     for func, n in total_counts.most_common():
-        if args.min_depth_total and args.min_depth_total not in func:
+        if args.only and args.only not in func:
             continue
         print(f"  {100 * n / samples:5.1f}%  {func}")
         shown += 1
