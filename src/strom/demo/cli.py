@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,6 +40,8 @@ def trucking(bootstrap_server: str, duration: float, rate: float, speedup: float
         import pyspark  # noqa: F401
     except ImportError:
         raise click.ClickException("the demo needs PySpark: pip install 'strom[spark]'") from None
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise click.ClickException("the demo runs Spark, which needs Java 17 or later (java not found)")
     from strom.demo.trucking.run import run_demo
 
     sys.exit(run_demo(bootstrap_server, duration, rate, speedup, trucks, output.resolve(), data_dir.resolve()))

@@ -33,7 +33,6 @@ from pyspark.sql.types import StructType
 from strom.spark import fetch, planning, sink
 from strom.spark.metadata import Metadata
 from strom.spark.options import (
-    EarliestOffsets,
     PartitionOffsets,
     SinkOptions,
     SourceOptions,
@@ -223,7 +222,7 @@ class StromStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAva
         if new:
             earliest = self._meta().earliest(new)
             for tp in new:
-                if earliest[tp] != 0 and not isinstance(self.options.starting, EarliestOffsets):
+                if earliest[tp] != 0:  # records were removed before this query saw the partition
                     fetch.data_loss(f"Added partition {tp[0]}-{tp[1]} starts from {earliest[tp]} instead of 0.", fail)
             begin.update(earliest)
         for tp, until in list(end_map.items()):
