@@ -136,6 +136,12 @@ def test_compacted_topic_keeps_latest_value_per_live_key(broker_factory: Any) ->
     assert consume_confluent(bs, "cmp", len(rows)) == rows
     assert consume_kafka_python(bs, "cmp") == rows
     assert "cleaned cmp-0" in b.log_text()
+    # ListOffsets by timestamp skips what compaction removed: the first survivor at or after the time.
+    with RawConnection(bs) as conn:
+        recs = conn.fetch_records("cmp", 0, 0)
+        for target in (0, recs[len(recs) // 2].timestamp, recs[-1].timestamp):
+            want = next(r for r in recs if r.timestamp >= target)
+            assert conn.list_offset("cmp", 0, target) == (want.offset, want.timestamp)
     # Clean restart: the same records, and the log goes on at the same offsets.
     b.restart()
     assert fetch_all(b.bootstrap, "cmp") == survivors

@@ -271,6 +271,20 @@ def test_log_changed_during_cleaning_aborts_swap(tmp_path: Path) -> None:
     assert len(live(plog)) < 20
 
 
+def test_topic_deleted_during_cleaning(tmp_path: Path) -> None:
+    clock = Clock()
+    lm, plog, cleaner = manager(tmp_path, clock)
+    for i in range(80):
+        put(plog, clock, f"k{i % 3}", f"v{i}")
+    job = cleaner.grab_filthiest()
+    assert job is not None
+    (renamed,) = lm.schedule_delete("t")
+    stats = cleaner.clean(job, CleanerConfig())
+    job.close()
+    assert stats.aborted
+    assert not list(renamed.glob("*.cleaned")) and not (tmp_path / "t-0").exists()
+
+
 class Crash(Exception):
     pass
 

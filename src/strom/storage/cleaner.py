@@ -517,7 +517,13 @@ class LogCleaner:
         hook = crash_hook(cconfig.crash_point)
         throttle = _Throttle(cconfig.io_max_bytes_per_second)
         for group in group_segments(views, job.config.segment_bytes):
-            cleaned = clean_group(job, group, latest, cconfig, stats, self._stop, throttle)
+            try:
+                cleaned = clean_group(job, group, latest, cconfig, stats, self._stop, throttle)
+            except OSError:
+                if not plog.closed:
+                    raise
+                stats.aborted = True  # the topic was deleted under us: nothing to clean any more
+                break
             if hook is not None:
                 hook("cleaned")
             old = [v.segment for v in group]

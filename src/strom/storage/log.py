@@ -80,7 +80,7 @@ class LogConfig:
 
     @property
     def compact_enabled(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
+        return "compact" in self.cleanup_policy  # the only policy with that name in it (checked per append)
 
     @property
     def max_segment_ms(self) -> int:
