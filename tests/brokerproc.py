@@ -45,6 +45,7 @@ class BrokerProcess:
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir),
             "group.initial.rebalance.delay.ms": "0",
+            "admin.listeners": "http://127.0.0.1:0",  # no clash on 8090 between test brokers
         }
         settings.update(self.overrides)
         for k, v in settings.items():
