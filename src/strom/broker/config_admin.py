@@ -10,8 +10,8 @@ id (this broker's own); both change the defaults every topic without an override
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from strom.config import (
     TOPIC_DEFS,
@@ -202,3 +202,23 @@ class ConfigAdmin:
         for info in broker.metadata.topics().values():
             broker.log_manager.update_config(info.name, broker.topics.log_config(info))
         broker.maintenance.config_changed()
+
+
+def alter_resources(
+    admin: ConfigAdmin, request: Any, new_configs: Callable[[Any], dict[str, str]]
+) -> dict[str, Any]:
+    """The response shared by AlterConfigs and IncrementalAlterConfigs: per resource, refuse a
+    duplicate, compute its new overrides with ``new_configs`` and apply them (or only validate)."""
+    keys = [(r.resource_type, r.resource_name) for r in request.resources]
+    responses = []
+    for r in request.resources:
+        entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                                 "resource_name": r.resource_name}
+        try:
+            if keys.count((r.resource_type, r.resource_name)) > 1:
+                raise ConfigChangeError(INVALID_REQUEST, f"Duplicate resource {r.resource_name!r} in the request")
+            admin.alter(r.resource_type, r.resource_name, new_configs(r), bool(request.validate_only))
+        except ConfigChangeError as e:
+            entry.update(error_code=e.error_code, error_message=e.message)
+        responses.append(entry)
+    return {"throttle_time": 0, "responses": responses}

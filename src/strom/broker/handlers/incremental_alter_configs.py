@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.config_admin import INVALID_REQUEST, ConfigChangeError
+from strom.broker.config_admin import alter_resources
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -23,18 +23,5 @@ MAX_VERSION = 1
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     admin = broker.config_admin
-    keys = [(r.resource_type, r.resource_name) for r in request.resources]
-    responses = []
-    for r in request.resources:
-        entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
-                                 "resource_name": r.resource_name}
-        try:
-            if keys.count((r.resource_type, r.resource_name)) > 1:
-                raise ConfigChangeError(INVALID_REQUEST, f"Duplicate resource {r.resource_name!r} in the request")
-            ops = [(c.name, int(c.config_operation), c.value) for c in r.configs]
-            configs = admin.apply_operations(r.resource_type, r.resource_name, ops)
-            admin.alter(r.resource_type, r.resource_name, configs, bool(request.validate_only))
-        except ConfigChangeError as e:
-            entry.update(error_code=e.error_code, error_message=e.message)
-        responses.append(entry)
-    return {"throttle_time": 0, "responses": responses}
+    return alter_resources(admin, request, lambda r: admin.apply_operations(
+        r.resource_type, r.resource_name, [(c.name, int(c.config_operation), c.value) for c in r.configs]))
