@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import itertools
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
 from strom.broker.context import RequestContext
-from strom.protocol import wire
+from strom.protocol import splice, wire
 from strom.protocol.build import build
+from strom.protocol.splice import BlobSplicer
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -27,18 +30,23 @@ _ids = itertools.count(1)
 MAX_IN_FLIGHT = 100
 
 
-class KafkaConnection(asyncio.Protocol):
+Pending = asyncio.Future["Outgoing"]
+Outgoing = bytes | list[bytes | memoryview] | None  # a frame, a frame in pieces (spliced), or none
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.id = next(_ids)
         self.decoder = wire.FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._pending: collections.deque[asyncio.Future[bytes | None]] = collections.deque()
+        self._pending: collections.deque[Pending] = collections.deque()
         self._paused = False
         self._closed = False
+        self._loop = asyncio.get_running_loop()
 
-    # asyncio.Protocol callbacks
+    # asyncio.BufferedProtocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCPTransport is not an asyncio.Transport subclass, so no isinstance check here.
         self.transport = cast(asyncio.Transport, transport)
@@ -53,9 +61,12 @@ class KafkaConnection(asyncio.Protocol):
             fut.cancel()
         self._pending.clear()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except wire.FrameTooLarge as e:
             self.close(str(e))
             return
@@ -75,7 +86,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.close()
 
     # request processing
-    def _dispatch(self, frame: bytes) -> None:
+    def _dispatch(self, frame: bytes | memoryview) -> None:
         try:
             prefix = wire.read_prefix(frame)
         except wire.BadRequest as e:
@@ -101,30 +112,47 @@ class KafkaConnection(asyncio.Protocol):
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
                              self.peer.rsplit(":", 1)[0], self.id)
-        fut: asyncio.Future[bytes | None] = asyncio.ensure_future(self._run(handler.handle, ctx, request))
+        started = self.broker.metrics.clock()
+        try:
+            result = handler.handle(self.broker, ctx, request)
+            if not inspect.isawaitable(result):
+                # Answered without waiting: no Task, the response is queued on this loop turn.
+                self._complete_now(self._respond(ctx, result, started))
+                return
+        except Exception as exc:
+            self._failed(exc)
+            return
+        fut: Pending = asyncio.ensure_future(self._finish(ctx, result, started))
         self._pending.append(fut)
         fut.add_done_callback(self._on_done)
 
-    async def _run(self, handle: Any, ctx: RequestContext, request: Any) -> bytes | None:
-        started = self.broker.metrics.clock()
-        result = await handle(self.broker, ctx, request)
+    async def _finish(self, ctx: RequestContext, pending: Awaitable[dict[str, Any] | None], started: float) -> Outgoing:
+        return self._respond(ctx, await pending, started)
+
+    def _respond(self, ctx: RequestContext, result: dict[str, Any] | None, started: float) -> Outgoing:
         self.broker.metrics.request_done(ctx.api_key, started)
         if result is None:
             return None
+        blobs: BlobSplicer | None = result.pop(splice.RESULT_KEY, None)
         resp = build(wire.response_class(ctx.api_key, ctx.api_version), result)
-        return wire.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, resp)
+        frame = wire.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, resp)
+        if blobs:
+            return blobs.splice(frame, compact=type(resp).__flexible__)
+        return frame
 
-    def _complete_now(self, data: bytes) -> None:
-        fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+    def _complete_now(self, data: Outgoing) -> None:
+        fut: Pending = self._loop.create_future()
         fut.set_result(data)
         self._pending.append(fut)
         self._flush()
 
-    def _on_done(self, fut: asyncio.Future[bytes | None]) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        log.error("handler failed on connection %s", self.id, exc_info=exc)
+        self.close(f"internal error: {exc!r}")
+
+    def _on_done(self, fut: Pending) -> None:
         if not fut.cancelled() and fut.exception() is not None:
-            exc = fut.exception()
-            log.error("handler failed on connection %s", self.id, exc_info=exc)
-            self.close(f"internal error: {exc!r}")
+            self._failed(cast(BaseException, fut.exception()))
             return
         self._flush()
 
@@ -137,7 +165,10 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             data = fut.result()
             if data is not None and transport is not None and not self._closed:
-                transport.write(data)
+                if type(data) is list:
+                    transport.writelines(data)
+                else:
+                    transport.write(cast(bytes, data))
         if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self._closed:
             self._paused = False
             transport.resume_reading()

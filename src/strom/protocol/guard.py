@@ -28,10 +28,11 @@ _FIXED = {
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
-Skim = Callable[[bytes, int], int]
+Buffer = bytes | memoryview  # a request frame: bytes, or a read-only view of a large one
+Skim = Callable[[Buffer, int], int]
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -46,13 +47,13 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise BadLength("varint too long")
 
 
-def _need(buf: bytes, pos: int, n: int) -> int:
+def _need(buf: Buffer, pos: int, n: int) -> int:
     if n < 0 or pos + n > len(buf):
         raise BadLength(f"length {n} at byte {pos} runs past the end of the request ({len(buf)} bytes)")
     return pos + n
 
 
-def _skip_tagged(buf: bytes, pos: int) -> int:
+def _skip_tagged(buf: Buffer, pos: int) -> int:
     count, pos = _uvarint(buf, pos)
     _need(buf, pos, count)  # every tagged field takes at least 2 bytes
     for _ in range(count):
@@ -62,7 +63,7 @@ def _skip_tagged(buf: bytes, pos: int) -> int:
     return pos
 
 
-def _length(buf: bytes, pos: int, flexible: bool, is_array: bool) -> tuple[int, int]:
+def _length(buf: Buffer, pos: int, flexible: bool, is_array: bool) -> tuple[int, int]:
     """(element or byte count, new position); -1 means null."""
     if flexible:
         n, pos = _uvarint(buf, pos)
@@ -79,13 +80,13 @@ def _primitive(kafka_type: str, flexible: bool) -> Skim:
         return lambda buf, pos: _need(buf, pos, fixed)
     if kafka_type in ("string", "bytes", "records"):
         if flexible:
-            def compact(buf: bytes, pos: int) -> int:
+            def compact(buf: Buffer, pos: int) -> int:
                 n, pos = _uvarint(buf, pos)
                 return pos if n == 0 else _need(buf, pos, n - 1)
             return compact
         width = 2 if kafka_type == "string" else 4
 
-        def legacy(buf: bytes, pos: int) -> int:
+        def legacy(buf: Buffer, pos: int) -> int:
             _need(buf, pos, width)
             n = (_I16 if width == 2 else _I32).unpack_from(buf, pos)[0]
             return pos + width if n < 0 else _need(buf, pos + width, n)
@@ -94,7 +95,7 @@ def _primitive(kafka_type: str, flexible: bool) -> Skim:
 
 
 def _array(item: Skim, flexible: bool) -> Skim:
-    def skim(buf: bytes, pos: int) -> int:
+    def skim(buf: Buffer, pos: int) -> int:
         n, pos = _length(buf, pos, flexible, True)
         if n < 0:
             return pos
@@ -127,7 +128,7 @@ def entity_skimmer(cls: Any) -> Skim:
     if flexible:
         steps.append(_skip_tagged)
 
-    def skim(buf: bytes, pos: int) -> int:
+    def skim(buf: Buffer, pos: int) -> int:
         for step in steps:
             pos = step(buf, pos)
         return pos
@@ -135,7 +136,7 @@ def entity_skimmer(cls: Any) -> Skim:
 
 
 def _nullable_entity(inner: Skim) -> Skim:
-    def skim(buf: bytes, pos: int) -> int:
+    def skim(buf: Buffer, pos: int) -> int:
         _need(buf, pos, 1)
         if buf[pos] == 0xFF:  # int8 -1 marks null
             return pos + 1

@@ -33,32 +33,91 @@ class BadRequest(Exception):
 
 
 class FrameDecoder:
-    """Accumulates bytes from the socket and yields whole frames (without the size prefix)."""
+    """Accumulates bytes from the socket and yields whole frames (without the size prefix).
+
+    For ``asyncio.BufferedProtocol``: the transport reads straight into the buffer ``get_buffer``
+    hands out. Small frames are parsed out of one reusable read buffer; a frame too large for it
+    gets a buffer of its own, of its announced size, that the socket fills in place and that is then
+    handed on as the frame itself, so a large Produce request is not copied on its way in.
+    """
+
+    READ_BUFFER = 256 * 1024
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._buf = bytearray(self.READ_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = 0  # first unparsed byte in _buf
+        self._end = 0  # end of the bytes read into _buf
+        self._large: bytearray | None = None  # the frame being filled in place, if any
+        self._filled = 0
 
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
-        frames: list[bytes] = []
-        buf = self._buf
-        pos = 0
-        while len(buf) - pos >= 4:
+    def get_buffer(self) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._filled :]
+        if self._end == len(self._buf):
+            self._compact()
+        return self._view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[bytes | memoryview]:
+        if self._large is not None:
+            self._filled += nbytes
+            if self._filled < len(self._large):
+                return []
+            frame = memoryview(self._large).toreadonly()
+            self._large, self._filled = None, 0
+            return [frame]
+        self._end += nbytes
+        return self._parse()
+
+    def feed(self, data: bytes) -> list[bytes | memoryview]:
+        """Push bytes from elsewhere (tests, tools reading a stream) through the same parser."""
+        frames: list[bytes | memoryview] = []
+        data_view = memoryview(data)
+        while data_view:
+            target = self.get_buffer()
+            n = min(len(target), len(data_view))
+            target[:n] = data_view[:n]
+            data_view = data_view[n:]
+            frames += self.buffer_updated(n)
+        return frames
+
+    def _parse(self) -> list[bytes | memoryview]:
+        frames: list[bytes | memoryview] = []
+        buf, pos, end = self._buf, self._start, self._end
+        while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > self.max_frame:
                 raise FrameTooLarge(f"frame of {size} bytes exceeds socket.request.max.bytes={self.max_frame}")
-            if len(buf) - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+            if end - pos - 4 >= size:
+                frames.append(bytes(self._view[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+                continue
+            if size > len(buf) // 2:
+                # Too large to wait for here: give it its own buffer and let the socket fill it.
+                have = end - pos - 4
+                self._large = bytearray(size)
+                self._large[:have] = self._view[pos + 4 : end]
+                self._filled = have
+                pos = end
+            break
+        if pos == end:
+            pos = end = 0
+        self._start, self._end = pos, end
+        if self._large is None and len(buf) - end < len(buf) // 2 and pos:
+            self._compact()
         return frames
+
+    def _compact(self) -> None:
+        """Move the unparsed tail to the front of the read buffer."""
+        tail = self._end - self._start
+        # Through a copy: the source and target ranges may overlap.
+        self._buf[:tail] = bytes(self._view[self._start : self._end])
+        self._start, self._end = 0, tail
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._end - self._start + self._filled
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +127,7 @@ class RequestPrefix:
     correlation_id: int
 
 
-def read_prefix(frame: bytes) -> RequestPrefix:
+def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     if len(frame) < 8:
         raise BadRequest("request shorter than its header")
     return RequestPrefix(*_PREFIX.unpack_from(frame, 0))
@@ -81,7 +140,7 @@ def _request_readers(api_key: int, api_version: int) -> tuple[Any, Any, Any]:
     return entity_reader(header_cls), entity_reader(cls), cls
 
 
-def decode_request(prefix: RequestPrefix, frame: bytes) -> tuple[Any, Any]:
+def decode_request(prefix: RequestPrefix, frame: bytes | memoryview) -> tuple[Any, Any]:
     """Decode header and body; raises BadRequest on anything malformed."""
     try:
         read_header, read_body, cls = _request_readers(prefix.api_key, prefix.api_version)

@@ -3,6 +3,9 @@
     async def handle(broker: Broker, ctx: RequestContext, request) -> dict | None
 
 returning the response fields as a version-independent dict (None: no response, e.g. acks=0).
+A hot-path handler may instead be a plain function that returns the dict when it can answer at
+once and an awaitable only when it must wait (a long-poll, an fsync): the connection then skips
+the Task it would otherwise create per request.
 The registry below finds the modules, so adding an API is adding a file.
 """
 
@@ -14,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-Handler = Callable[[Any, Any, Any], Awaitable[dict[str, Any] | None]]
+Result = dict[str, Any] | None
+Handler = Callable[[Any, Any, Any], Awaitable[Result] | Result]
 
 
 @dataclass(frozen=True, slots=True)

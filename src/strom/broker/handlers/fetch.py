@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from strom.protocol import splice
+from strom.protocol.splice import BlobSplicer
 from strom.storage.log import OffsetOutOfRange
 
 if TYPE_CHECKING:
@@ -84,18 +87,43 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
     return responses, total, errors
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    """Answers at once when data (or an error) is there; otherwise returns the long-poll to await."""
     version = ctx.api_version
     topics = _resolve_topics(broker, request, version)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    responses, total, errors = _read_all(broker, topics, max_bytes, version)
+    keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
+    if total >= request.min_bytes or errors or not keys or request.max_wait.total_seconds() <= 0:
+        return _result(broker, topics, responses)
+    return _long_poll(broker, request, topics, keys, max_bytes, version)
+
+
+async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
+                     keys: list[tuple[str, int]], max_bytes: int, version: int) -> dict[str, Any]:
+    """Wait for produces to the partitions (purgatory) until min_bytes are there or max_wait ends.
+
+    Each pass reads and then registers with the purgatory in one step (no await between them), so a
+    produce that lands after the read always wakes the wait; the first pass repeats handle()'s read
+    for that reason, since a produce may have come in before this task started.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
-    keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
     while True:
         responses, total, errors = _read_all(broker, topics, max_bytes, version)
         remaining = deadline - loop.time()
-        if total >= request.min_bytes or errors or remaining <= 0 or not keys:
-            break
+        if total >= request.min_bytes or errors or remaining <= 0:
+            return _result(broker, topics, responses)
         await broker.purgatory.wait(keys, remaining)
+
+
+def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]],
+            responses: list[dict[str, Any]]) -> dict[str, Any]:
     broker.metrics.fetched(topics, responses)
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    # The record batches go to the socket beside the encoded response, not through the encoder.
+    blobs = BlobSplicer()
+    for topic in responses:
+        for entry in topic["partitions"]:
+            entry["records"] = blobs.hold(entry["records"])
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses,
+            splice.RESULT_KEY: blobs}

@@ -8,6 +8,7 @@ reached (e.g. 1), the ack waits for the fsync; all partitions of a request are f
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from strom.records.batch import InvalidRecordBatch, iter_batches
@@ -85,7 +86,8 @@ def append_partition(broker: Broker, plog: PartitionLog, index: int, records: by
     return _result(index, NONE, info.first_offset, info.log_start_offset, info.log_append_time)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | None:
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | None | Awaitable[dict[str, Any] | None]:
+    """Appends on the spot; returns an awaitable only when the ack must wait for an fsync."""
     acks = request.acks
     to_flush: list[PartitionLog] = []
     responses = []
@@ -105,9 +107,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             parts.append(result)
         responses.append({"name": topic.name, "partition_responses": parts})
         broker.metrics.errors_in(API_KEY, parts)
+    response = None if acks == 0 else {"responses": responses, "throttle_time": 0}
     if to_flush:
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
-    if acks == 0:
-        return None
-    return {"responses": responses, "throttle_time": 0}
+        return _flush_then(to_flush, response)
+    return response
+
+
+async def _flush_then(logs: list[PartitionLog], response: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Group commit: every partition of the request fsynced (in the thread pool), then the ack."""
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in logs))
+    return response
