@@ -30,8 +30,18 @@ _ids = itertools.count(1)
 MAX_IN_FLIGHT = 100
 
 
-Pending = asyncio.Future["Outgoing"]
 Outgoing = bytes | list[bytes | memoryview] | None  # a frame, a frame in pieces (spliced), or none
+
+
+class _Slot:
+    """One request's place in the response order: filled at once, or by its task when it finishes."""
+
+    __slots__ = ("ready", "data", "task")
+
+    def __init__(self, data: Outgoing = None, ready: bool = False) -> None:
+        self.ready = ready
+        self.data = data
+        self.task: asyncio.Task[None] | None = None
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -41,10 +51,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.decoder = wire.FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._pending: collections.deque[Pending] = collections.deque()
+        self._pending: collections.deque[_Slot] = collections.deque()
         self._paused = False
         self._closed = False
-        self._loop = asyncio.get_running_loop()
 
     # asyncio.BufferedProtocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -57,8 +66,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
-        for fut in self._pending:
-            fut.cancel()
+        for slot in self._pending:
+            if slot.task is not None:
+                slot.task.cancel()
         self._pending.clear()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -122,12 +132,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception as exc:
             self._failed(exc)
             return
-        fut: Pending = asyncio.ensure_future(self._finish(ctx, result, started))
-        self._pending.append(fut)
-        fut.add_done_callback(self._on_done)
+        slot = _Slot()
+        self._pending.append(slot)
+        slot.task = asyncio.ensure_future(self._finish(slot, ctx, result, started))
 
-    async def _finish(self, ctx: RequestContext, pending: Awaitable[dict[str, Any] | None], started: float) -> Outgoing:
-        return self._respond(ctx, await pending, started)
+    async def _finish(self, slot: _Slot, ctx: RequestContext, pending: Awaitable[dict[str, Any] | None],
+                      started: float) -> None:
+        try:
+            slot.data = self._respond(ctx, await pending, started)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(exc)
+            return
+        slot.ready = True
+        # Written from here, on the turn the handler finished: not one loop turn later from a callback.
+        self._flush()
 
     def _respond(self, ctx: RequestContext, result: dict[str, Any] | None, started: float) -> Outgoing:
         self.broker.metrics.request_done(ctx.api_key, started)
@@ -141,29 +161,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return frame
 
     def _complete_now(self, data: Outgoing) -> None:
-        fut: Pending = self._loop.create_future()
-        fut.set_result(data)
-        self._pending.append(fut)
+        self._pending.append(_Slot(data, ready=True))
         self._flush()
 
     def _failed(self, exc: BaseException) -> None:
         log.error("handler failed on connection %s", self.id, exc_info=exc)
         self.close(f"internal error: {exc!r}")
 
-    def _on_done(self, fut: Pending) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
-            self._failed(cast(BaseException, fut.exception()))
-            return
-        self._flush()
-
     def _flush(self) -> None:
         pending = self._pending
         transport = self.transport
-        while pending and pending[0].done():
-            fut = pending.popleft()
-            if fut.cancelled() or fut.exception() is not None:
-                continue
-            data = fut.result()
+        while pending and pending[0].ready:
+            data = pending.popleft().data
             if data is not None and transport is not None and not self._closed:
                 if type(data) is list:
                     transport.writelines(data)
