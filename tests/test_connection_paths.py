@@ -9,13 +9,13 @@ import threading
 import time
 
 import pytest
+from brokerproc import BrokerProcess
+from helpers import RawConnection, ms, request_class
 
 from strom.protocol import splice, wire
 from strom.protocol.build import build
 from strom.records import batch as rb
 from strom.records import codec
-from brokerproc import BrokerProcess
-from helpers import RawConnection, ms, request_class
 
 
 def _big_batch(n: int, size: int, seed: int) -> bytes:
