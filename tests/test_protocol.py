@@ -41,7 +41,7 @@ def test_frames_of_any_size_survive_any_chunking(sizes: list[int], chunks: list[
     payloads = [bytes([i % 251]) * 8 + bytes(range(256)) * (n // 256) + bytes(n % 256) for i, n in enumerate(sizes)]
     stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
     dec = wire.FrameDecoder(2_000_000)
-    frames: list[bytes | memoryview] = []
+    frames: list[bytes | bytearray] = []
     pos, i = 0, 0
     while pos < len(stream):
         step = chunks[i % len(chunks)]
@@ -54,7 +54,8 @@ def test_frames_of_any_size_survive_any_chunking(sizes: list[int], chunks: list[
         frames += dec.buffer_updated(n)
     assert [bytes(f) for f in frames] == payloads
     assert dec.buffered == 0
-    assert all(isinstance(f, bytes) or f.readonly for f in frames)
+    # Large frames are handed on as the buffer they were read into (writable: offsets go in place).
+    assert all(type(f) is (bytearray if len(f) > wire.FrameDecoder.READ_BUFFER // 2 else bytes) for f in frames)
 
 
 def test_client_id_is_classic_string_in_header_v2() -> None:
@@ -136,9 +137,41 @@ def test_guard_rejects_absurd_array_lengths_before_decoding() -> None:
     # Metadata v12 body: compact array length 2^32-1 (i.e. 2^32-2 topics) in a 10-byte request.
     body = b"\xfe\xff\xff\xff\x0f" + b"\x00" * 5
     with pytest.raises(BadLength):
-        entity_skimmer(MetadataRequest)(body, 0)
+        entity_skimmer(MetadataRequest)(body, 0, [])
     # Metadata v1 (legacy int32 array length).
     from kio.schema.metadata.v1.request import MetadataRequest as MetadataRequestV1
 
     with pytest.raises(BadLength):
-        entity_skimmer(MetadataRequestV1)(struct.pack(">i", 2**31 - 1) + b"\x00" * 8, 0)
+        entity_skimmer(MetadataRequestV1)(struct.pack(">i", 2**31 - 1) + b"\x00" * 8, 0, [])
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+def test_produce_records_are_views_of_the_frame(version: int) -> None:
+    """Produce records come back as views of the request frame, null ones as None, in wire order, and
+    the rest of the request decodes as kio decodes the whole frame."""
+    import importlib
+
+    mod = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    blobs = [b"a" * 70, None, b"", b"c" * 5000]
+    topics = (
+        mod.TopicProduceData(name="t1", partition_data=(mod.PartitionProduceData(index=0, records=blobs[0]),
+                                                        mod.PartitionProduceData(index=1, records=blobs[1]))),
+        mod.TopicProduceData(name="t2", partition_data=(mod.PartitionProduceData(index=7, records=blobs[2]),
+                                                        mod.PartitionProduceData(index=3, records=blobs[3]))),
+    )
+    body = mod.ProduceRequest(transactional_id="tx", acks=-1, timeout=datetime.timedelta(seconds=3),
+                              topic_data=topics)
+    payload = bytearray(wire.encode_request(0, version, 5, "c", body)[4:])
+    header, got = wire.decode_request(wire.read_prefix(payload), payload)
+    assert header.correlation_id == 5 and got.acks == -1 and got.transactional_id == "tx"
+    parts = [pd for t in got.topic_data for pd in t.partition_data]
+    assert [t.name for t in got.topic_data] == ["t1", "t2"] and [pd.index for pd in parts] == [0, 1, 7, 3]
+    assert [None if pd.records is None else bytes(pd.records) for pd in parts] == blobs
+    # Views of the frame itself: writing through one changes the frame (offsets are assigned in place).
+    view = parts[3].records
+    assert isinstance(view, memoryview) and not view.readonly
+    view[0:1] = b"Z"
+    assert b"Z" + b"c" * 4999 in payload
+    # From immutable bytes the views are read-only.
+    _, again = wire.decode_request(wire.read_prefix(bytes(payload)), bytes(payload))
+    assert again.topic_data[0].partition_data[0].records.readonly

@@ -96,7 +96,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.transport.close()
 
     # request processing
-    def _dispatch(self, frame: bytes | memoryview) -> None:
+    def _dispatch(self, frame: bytes | bytearray) -> None:
         try:
             prefix = wire.read_prefix(frame)
         except wire.BadRequest as e:

@@ -4,6 +4,9 @@ kio's native decoder reserves memory for an array from the length on the wire, s
 claims 2^32 elements would abort the process before any error could be raised. This skimmer walks
 the same schema in Python, checking only lengths against the bytes actually present, and raises
 BadLength on the first impossible one. It allocates nothing and touches each field once.
+
+On the way it notes where each ``records`` field lies (``RecordsSpan``), so the produce path can take
+record batches straight from the request frame instead of from the decoder's copies.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import dataclasses
 import struct
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
@@ -28,8 +31,20 @@ _FIXED = {
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
-Buffer = bytes | memoryview  # a request frame: bytes, or a read-only view of a large one
-Skim = Callable[[Buffer, int], int]
+Buffer = bytes | bytearray | memoryview  # a request frame
+
+
+class RecordsSpan(NamedTuple):
+    """A records field in a frame: its length prefix at ``prefix``, ``size`` bytes at ``start``
+    (size -1: null)."""
+
+    prefix: int
+    start: int
+    size: int
+
+
+Spans = list[RecordsSpan]
+Skim = Callable[[Buffer, int, Spans], int]
 
 
 def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
@@ -53,7 +68,7 @@ def _need(buf: Buffer, pos: int, n: int) -> int:
     return pos + n
 
 
-def _skip_tagged(buf: Buffer, pos: int) -> int:
+def _skip_tagged_fields(buf: Buffer, pos: int) -> int:
     count, pos = _uvarint(buf, pos)
     _need(buf, pos, count)  # every tagged field takes at least 2 bytes
     for _ in range(count):
@@ -77,31 +92,51 @@ def _length(buf: Buffer, pos: int, flexible: bool, is_array: bool) -> tuple[int,
 def _primitive(kafka_type: str, flexible: bool) -> Skim:
     fixed = _FIXED.get(kafka_type)
     if fixed is not None:
-        return lambda buf, pos: _need(buf, pos, fixed)
-    if kafka_type in ("string", "bytes", "records"):
-        if flexible:
-            def compact(buf: Buffer, pos: int) -> int:
-                n, pos = _uvarint(buf, pos)
-                return pos if n == 0 else _need(buf, pos, n - 1)
-            return compact
-        width = 2 if kafka_type == "string" else 4
+        return lambda buf, pos, spans: _need(buf, pos, fixed)
+    if kafka_type in ("string", "bytes"):
+        return _sized(flexible, 2 if kafka_type == "string" else 4)
+    if kafka_type == "records":
+        sized = _sized(flexible, 4)
 
-        def legacy(buf: Buffer, pos: int) -> int:
-            _need(buf, pos, width)
-            n = (_I16 if width == 2 else _I32).unpack_from(buf, pos)[0]
-            return pos + width if n < 0 else _need(buf, pos + width, n)
-        return legacy
+        def records(buf: Buffer, pos: int, spans: Spans) -> int:
+            end = sized(buf, pos, spans)
+            spans.append(_span(buf, pos, end, flexible))
+            return end
+        return records
     raise BadLength(f"unknown field type {kafka_type}")
 
 
+def _sized(flexible: bool, width: int) -> Skim:
+    """A length-prefixed field: compact (uvarint length + 1) or a classic int16/int32 length."""
+    if flexible:
+        def compact(buf: Buffer, pos: int, spans: Spans) -> int:
+            n, pos = _uvarint(buf, pos)
+            return pos if n == 0 else _need(buf, pos, n - 1)
+        return compact
+
+    def legacy(buf: Buffer, pos: int, spans: Spans) -> int:
+        _need(buf, pos, width)
+        n = (_I16 if width == 2 else _I32).unpack_from(buf, pos)[0]
+        return pos + width if n < 0 else _need(buf, pos + width, n)
+    return legacy
+
+
+def _span(buf: Buffer, pos: int, end: int, flexible: bool) -> RecordsSpan:
+    if flexible:
+        n, start = _uvarint(buf, pos)
+        return RecordsSpan(pos, start, n - 1)
+    n = _I32.unpack_from(buf, pos)[0]
+    return RecordsSpan(pos, pos + 4, n if n >= 0 else -1)
+
+
 def _array(item: Skim, flexible: bool) -> Skim:
-    def skim(buf: Buffer, pos: int) -> int:
+    def skim(buf: Buffer, pos: int, spans: Spans) -> int:
         n, pos = _length(buf, pos, flexible, True)
         if n < 0:
             return pos
         _need(buf, pos, n)  # each element takes at least one byte: checked before looping
         for _ in range(n):
-            pos = item(buf, pos)
+            pos = item(buf, pos, spans)
         return pos
     return skim
 
@@ -128,17 +163,21 @@ def entity_skimmer(cls: Any) -> Skim:
     if flexible:
         steps.append(_skip_tagged)
 
-    def skim(buf: Buffer, pos: int) -> int:
+    def skim(buf: Buffer, pos: int, spans: Spans) -> int:
         for step in steps:
-            pos = step(buf, pos)
+            pos = step(buf, pos, spans)
         return pos
     return skim
 
 
+def _skip_tagged(buf: Buffer, pos: int, spans: Spans) -> int:
+    return _skip_tagged_fields(buf, pos)
+
+
 def _nullable_entity(inner: Skim) -> Skim:
-    def skim(buf: Buffer, pos: int) -> int:
+    def skim(buf: Buffer, pos: int, spans: Spans) -> int:
         _need(buf, pos, 1)
         if buf[pos] == 0xFF:  # int8 -1 marks null
             return pos + 1
-        return inner(buf, pos + 1)
+        return inner(buf, pos + 1, spans)
     return skim

@@ -8,16 +8,19 @@ response header is always v0 so clients can read it before they know our version
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
-from strom.protocol.guard import entity_skimmer
+from strom.protocol.guard import RecordsSpan, entity_skimmer
 
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
@@ -38,7 +41,8 @@ class FrameDecoder:
     For ``asyncio.BufferedProtocol``: the transport reads straight into the buffer ``get_buffer``
     hands out. Small frames are parsed out of one reusable read buffer; a frame too large for it
     gets a buffer of its own, of its announced size, that the socket fills in place and that is then
-    handed on as the frame itself, so a large Produce request is not copied on its way in.
+    handed on as the frame itself (a writable bytearray), so a large Produce request is not copied on
+    its way in and its batches can be given their offsets where they lie.
     """
 
     READ_BUFFER = 256 * 1024
@@ -59,20 +63,20 @@ class FrameDecoder:
             self._compact()
         return self._view[self._end :]
 
-    def buffer_updated(self, nbytes: int) -> list[bytes | memoryview]:
+    def buffer_updated(self, nbytes: int) -> list[bytes | bytearray]:
         if self._large is not None:
             self._filled += nbytes
             if self._filled < len(self._large):
                 return []
-            frame = memoryview(self._large).toreadonly()
+            frame = self._large
             self._large, self._filled = None, 0
             return [frame]
         self._end += nbytes
         return self._parse()
 
-    def feed(self, data: bytes) -> list[bytes | memoryview]:
+    def feed(self, data: bytes) -> list[bytes | bytearray]:
         """Push bytes from elsewhere (tests, tools reading a stream) through the same parser."""
-        frames: list[bytes | memoryview] = []
+        frames: list[bytes | bytearray] = []
         data_view = memoryview(data)
         while data_view:
             target = self.get_buffer()
@@ -82,8 +86,8 @@ class FrameDecoder:
             frames += self.buffer_updated(n)
         return frames
 
-    def _parse(self) -> list[bytes | memoryview]:
-        frames: list[bytes | memoryview] = []
+    def _parse(self) -> list[bytes | bytearray]:
+        frames: list[bytes | bytearray] = []
         buf, pos, end = self._buf, self._start, self._end
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
@@ -127,7 +131,7 @@ class RequestPrefix:
     correlation_id: int
 
 
-def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
+def read_prefix(frame: bytes | bytearray | memoryview) -> RequestPrefix:
     if len(frame) < 8:
         raise BadRequest("request shorter than its header")
     return RequestPrefix(*_PREFIX.unpack_from(frame, 0))
@@ -140,22 +144,82 @@ def _request_readers(api_key: int, api_version: int) -> tuple[Any, Any, Any]:
     return entity_reader(header_cls), entity_reader(cls), cls
 
 
-def decode_request(prefix: RequestPrefix, frame: bytes | memoryview) -> tuple[Any, Any]:
-    """Decode header and body; raises BadRequest on anything malformed."""
+def decode_request(prefix: RequestPrefix, frame: bytes | bytearray | memoryview) -> tuple[Any, Any]:
+    """Decode header and body; raises BadRequest on anything malformed.
+
+    ``records`` fields (Produce) come back as memoryviews of ``frame`` rather than as copies made by
+    the decoder: writable when ``frame`` is (a large frame read in place), so offsets can be
+    assigned in the request's own bytes.
+    """
+    view = frame if isinstance(frame, bytes) else memoryview(frame).toreadonly()  # kio reads read-only
     try:
         read_header, read_body, cls = _request_readers(prefix.api_key, prefix.api_version)
-        header, size = read_header(frame, 0)
+        header, size = read_header(view, 0)
         # Check every length against the bytes present before the native decoder allocates for it.
-        entity_skimmer(cls)(frame, size)
-        body, body_size = read_body(frame, size)
+        spans: list[RecordsSpan] = []
+        end = entity_skimmer(cls)(view, size, spans)
+        if spans:
+            # Decode a copy of the frame without the record bytes, then put views of them back.
+            body, _ = read_body(_without_records(view, size, end, spans, cls.__flexible__), 0)
+            records = memoryview(frame)
+            body = _with_records(body, iter([None if sp.size < 0 else records[sp.start : sp.start + sp.size]
+                                             for sp in spans]))
+        else:
+            body, body_size = read_body(view, size)
+            end = size + body_size
     except BadRequest:
         raise
     except Exception as e:  # kio raises a variety of errors on malformed input
         raise BadRequest(f"cannot decode api_key={prefix.api_key} v{prefix.api_version}: {e!r}") from None
-    if size + body_size > len(frame):
+    if end > len(frame):
         raise BadRequest(f"api_key={prefix.api_key} request is longer than its frame")
     # Trailing bytes are tolerated like Kafka does: librdkafka's all-topics Metadata v12 carries some.
     return header, body
+
+
+_NULL_RECORDS = {True: b"\0", False: b"\xff\xff\xff\xff"}  # compact (uvarint 0) / int32 -1
+
+
+def _without_records(view: bytes | memoryview, start: int, end: int, spans: list[RecordsSpan],
+                     flexible: bool) -> bytes:
+    pieces: list[bytes | memoryview] = []
+    pos = start
+    for sp in spans:
+        if sp.size < 0:
+            continue  # already null
+        pieces += (view[pos : sp.prefix], _NULL_RECORDS[flexible])
+        pos = sp.start + sp.size
+    pieces.append(view[pos:end])
+    return b"".join(pieces)
+
+
+@cache
+def _records_fields(cls: type) -> tuple[tuple[str, type | None, bool], ...]:
+    """The fields of ``cls`` that are or hold records fields: (name, nested entity class or None
+    for the records field itself, is an array)."""
+    out: list[tuple[str, type | None, bool]] = []
+    for f in dataclasses.fields(cls):
+        kind = classify_field(f)
+        if isinstance(kind, EntityTupleField | EntityField):
+            if _records_fields(kind.type_):
+                out.append((f.name, kind.type_, kind.is_array))
+        elif f.metadata.get("kafka_type") == "records" and "tag" not in f.metadata:
+            out.append((f.name, None, False))
+    return tuple(out)
+
+
+def _with_records(entity: Any, records: Iterator[memoryview | None]) -> Any:
+    """``entity`` with its records fields taken, in wire order, from ``records``."""
+    changes: dict[str, Any] = {}
+    cls: type = type(entity)
+    for name, nested, is_array in _records_fields(cls):
+        value = getattr(entity, name)
+        if nested is None:
+            changes[name] = next(records)
+        elif value is not None:
+            changes[name] = tuple(_with_records(v, records) for v in value) if is_array \
+                else _with_records(value, records)
+    return dataclasses.replace(entity, **changes) if changes else entity
 
 
 @cache

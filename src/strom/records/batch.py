@@ -150,13 +150,13 @@ def iter_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
     return headers
 
 
-def assign_offsets(buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int) -> None:
+def assign_offsets(buf: bytearray | memoryview, header: BatchHeader, base_offset: int, leader_epoch: int) -> None:
     """Write the broker-assigned base offset and leader epoch into a batch (not covered by the CRC)."""
     _I64.pack_into(buf, header.position + BASE_OFFSET, base_offset)
     _I32.pack_into(buf, header.position + PARTITION_LEADER_EPOCH, leader_epoch)
 
 
-def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, timestamp_ms: int) -> None:
     """Stamp LogAppendTime into a batch: sets the timestamp type bit and maxTimestamp, then re-CRCs."""
     pos = header.position
     attributes = header.attributes | TIMESTAMP_TYPE_MASK

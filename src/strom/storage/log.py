@@ -276,7 +276,7 @@ class PartitionLog:
 
     # ---- the produce path ------------------------------------------------------------------
 
-    def append(self, buf: bytearray, headers: list[BatchHeader], leader_epoch: int) -> AppendInfo:
+    def append(self, buf: bytearray | memoryview, headers: list[BatchHeader], leader_epoch: int) -> AppendInfo:
         """Append whole, validated batches (``headers`` from ``iter_batches(buf)``) as one write.
 
         Offsets and the leader epoch are written into the batch headers; with LogAppendTime the

@@ -148,7 +148,7 @@ class LogSegment:
 
     # ---- append ----------------------------------------------------------------------------
 
-    def write(self, data: bytes | bytearray) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append bytes with one write; on failure (disk full) cut the file back. Returns the position."""
         position = self.size
         view = memoryview(data)

@@ -48,11 +48,16 @@ def _result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
     }
 
 
-def append_partition(broker: Broker, plog: PartitionLog, index: int, records: bytes | None) -> dict[str, Any]:
-    """Validate and append one partition's batches; returns the partition's response fields."""
+def append_partition(broker: Broker, plog: PartitionLog, index: int,
+                     records: bytes | memoryview | None) -> dict[str, Any]:
+    """Validate and append one partition's batches; returns the partition's response fields.
+
+    ``records`` is a view of the request frame (wire.decode_request); when that frame was read in
+    place it is writable and the offsets go straight into it, otherwise (small frames) into a copy.
+    """
     if not records:
         return _result(index, CORRUPT_MESSAGE, message="empty record set")
-    buf = bytearray(records)
+    buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
     try:
         headers = iter_batches(buf)
     except InvalidRecordBatch as e:
