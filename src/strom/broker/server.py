@@ -97,7 +97,8 @@ class Broker:
         return task
 
     async def _flush_loop(self) -> None:
-        """Timed flush (log.flush.interval.ms / flush.ms); fsync runs in a thread."""
+        """Timed flush (log.flush.interval.ms / flush.ms) and the flush after a segment roll;
+        fsync runs in a thread."""
         loop = asyncio.get_running_loop()
         last: dict[tuple[str, int], float] = {}
         while True:
@@ -105,17 +106,23 @@ class Broker:
             now = time.monotonic()
             for plog in self.log_manager.all_logs():
                 interval = plog.config.flush_interval_ms
-                if interval is None:
-                    continue
                 key = (plog.topic, plog.partition)
-                if (now - last.get(key, 0.0)) * 1000 >= interval and plog.recovery_point < plog.log_end_offset:
+                due = interval is not None and (now - last.get(key, 0.0)) * 1000 >= interval \
+                    and plog.recovery_point < plog.log_end_offset
+                if due or plog.has_unflushed_sealed():
                     last[key] = now
                     await loop.run_in_executor(None, plog.flush)
 
     async def _checkpoint_loop(self) -> None:
+        """Recovery points and log start offsets to their checkpoint files, every
+        log.flush.offset.checkpoint.interval.ms / log.flush.start.offset.checkpoint.interval.ms
+        (Kafka's default: a minute; the files are written together, at the shorter interval)."""
         loop = asyncio.get_running_loop()
+        config = self.config
+        interval_ms = min(config.log_flush_offset_checkpoint_interval_ms,
+                          config.log_flush_start_offset_checkpoint_interval_ms)
         while True:
-            await asyncio.sleep(60)
+            await asyncio.sleep(max(interval_ms, 10) / 1000)
             await loop.run_in_executor(None, self.log_manager.checkpoint)
 
     async def serve_forever(self) -> None:

@@ -175,6 +175,9 @@ class PartitionLog:
             first_recovered = max(bisect_right(self._base_offsets, recovery_point) - 1, 0)
             # Epochs that start in the data being re-validated are re-learnt from its batches.
             self.leader_epoch_cache.truncate_from_end(self._segments[first_recovered].base_offset)
+            log.info("%s: unclean shutdown: re-checking %d of %d segments, from offset %d (recovery point %d)",
+                     self, len(self._segments) - first_recovered, len(self._segments),
+                     self._segments[first_recovered].base_offset, recovery_point)
         self._recover_segments(first_recovered, full=not clean_shutdown)
 
         active = self._segments[-1]
@@ -359,6 +362,11 @@ class PartitionLog:
 
     def needs_flush(self) -> bool:
         return self.log_end_offset - self.recovery_point >= self.config.flush_interval_messages
+
+    def has_unflushed_sealed(self) -> bool:
+        """A segment was rolled since the last flush. Kafka flushes a log at each roll, so the
+        recovery point keeps up with sealed segments and an unclean start re-checks only the tail."""
+        return bool(self._unflushed_sealed)
 
     def flush(self) -> None:
         """fsync what was written up to now and advance the recovery point. Blocking; may run in
