@@ -45,7 +45,8 @@ class FrameDecoder:
     its way in and its batches can be given their offsets where they lie.
     """
 
-    READ_BUFFER = 256 * 1024
+    # Per connection, so kept small: frames over half of it get a buffer of their own anyway.
+    READ_BUFFER = 64 * 1024
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame
