@@ -1,11 +1,13 @@
 """Building and reading the records inside v2 batches.
 
 Not used on the produce/fetch hot path. The coordinator builds batches for __consumer_offsets,
-compaction and tools look inside batches, tests check content. Compression goes through cramjam.
+compaction and tools look inside batches, tests check content; produce to a compacted topic reads
+key lengths (null_key_indexes). Compression goes through cramjam.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -190,6 +192,108 @@ def _read_bytes(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
     if pos + n > len(data):
         raise rb.InvalidRecordBatch("record field out of bounds")
     return bytes(data[pos : pos + n]), pos + n
+
+
+def null_key_indexes(buf: bytes | bytearray | memoryview, header: rb.BatchHeader, max_size: int,
+                     limit: int | None = None) -> list[int]:
+    """Batch-relative indexes of the records without a key (key length < 0) in one batch.
+
+    For produce to compacted topics: walks each record only as far as its key length, values and
+    headers are skipped. A compressed batch is decompressed once, and not beyond ``max_size``
+    bytes (a batch inflating past it is refused as corrupt). With ``limit``, the walk stops at
+    that many keyless records. Raises InvalidRecordBatch when the records do not fill the batch
+    exactly as ``records_count`` says.
+    """
+    mv = memoryview(buf)[header.position + rb.HEADER_SIZE : header.position + header.size]
+    data = mv if header.compression == NONE else _decompress_bounded(header.compression, mv, max_size)
+    read_varint = _read_varint
+    end = len(data)
+    pos = 0
+    out: list[int] = []
+    try:
+        for i in range(header.records_count):
+            b = data[pos]  # record length (zigzag varint; one byte is the common case)
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                length, pos = read_varint(data, pos)
+            rec_end = pos + length
+            if length < 0 or rec_end > end:
+                raise rb.InvalidRecordBatch("record length out of bounds")
+            p = pos + 1  # past the attributes byte
+            while data[p] & 0x80:  # timestamp delta
+                p += 1
+            p += 1
+            while data[p] & 0x80:  # offset delta
+                p += 1
+            b = data[p + 1]  # key length
+            if b < 0x80:
+                key_len, p = (b >> 1) ^ -(b & 1), p + 2
+            else:
+                key_len, p = read_varint(data, p + 1)
+            if p + max(key_len, 0) > rec_end:
+                raise rb.InvalidRecordBatch("record fields overrun the record length")
+            if key_len < 0:
+                out.append(i)
+                if len(out) == limit:
+                    return out
+            pos = rec_end
+    except IndexError:
+        raise rb.InvalidRecordBatch("truncated record") from None
+    if pos != end:
+        raise rb.InvalidRecordBatch("record batch holds more bytes than its records")
+    return out
+
+
+def _decompress_bounded(codec: int, data: memoryview, max_size: int) -> bytes:
+    """``decompress`` that refuses output larger than ``max_size`` without allocating it.
+
+    The output goes into an anonymous mapping of ``max_size`` bytes: only the pages written are
+    ever backed by memory, so a small batch costs a small buffer and a compression bomb stops at
+    the cap. Snappy states its decompressed length up front, which is checked instead.
+    """
+    try:
+        if codec == SNAPPY:
+            raw = bytes(data)
+            total = sum(cramjam.snappy.decompress_raw_len(block) for block in _snappy_blocks(raw))
+            if total > max_size:
+                raise rb.InvalidRecordBatch(f"snappy batch decompresses to {total} bytes, over {max_size}")
+            return decompress(codec, raw)
+        into = _DECOMPRESS_INTO.get(codec)
+        if into is None:
+            raise rb.InvalidRecordBatch(f"unknown compression codec {codec}")
+        with mmap.mmap(-1, max(max_size, 1)) as out:
+            n = into(data, out)
+            return out[:n]
+    except cramjam.DecompressionError as e:
+        name = CODEC_NAMES.get(codec, str(codec))
+        raise rb.InvalidRecordBatch(
+            f"cannot decompress {name} batch (corrupt, or over {max_size} bytes decompressed): {e}") from None
+
+
+_DECOMPRESS_INTO = {
+    GZIP: cramjam.gzip.decompress_into,
+    LZ4: cramjam.lz4.decompress_into,
+    ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+def _snappy_blocks(raw: bytes) -> list[memoryview]:
+    """The raw snappy blocks of a batch payload: one, or the blocks of Java's xerial framing."""
+    mv = memoryview(raw)
+    if not raw.startswith(_XERIAL_MAGIC):
+        return [mv]
+    blocks = []
+    pos = 16  # magic (8) + version (4) + compatible version (4)
+    while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise rb.InvalidRecordBatch("truncated snappy block length")
+        (n,) = struct.unpack_from(">i", raw, pos)
+        if n < 0 or pos + 4 + n > len(raw):
+            raise rb.InvalidRecordBatch("snappy block length out of bounds")
+        blocks.append(mv[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return blocks
 
 
 def read_all(buf: bytes) -> list[Record]:

@@ -1,8 +1,9 @@
 """Produce (0): validate batch headers and CRCs, assign offsets, append, ack per acks.
 
-No per-record work: only the 61-byte batch headers are read. With log.flush.interval.messages
-reached (e.g. 1), the ack waits for the fsync; all partitions of a request are flushed together
-(one fsync per log per request: group commit).
+No per-record work: only the 61-byte batch headers are read (compacted topics excepted: there each
+record is read as far as its key length, and keyless records are refused, as in Kafka). With
+log.flush.interval.messages reached (e.g. 1), the ack waits for the fsync; all partitions of a
+request are flushed together (one fsync per log per request: group commit).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from strom.records.batch import InvalidRecordBatch, iter_batches
+from strom.records.batch import BatchHeader, InvalidRecordBatch, iter_batches
+from strom.records.codec import null_key_indexes
 from strom.storage.producer_state import SequenceStatus
 
 if TYPE_CHECKING:
@@ -34,11 +36,14 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_RECORD = 87
 
 _ERROR_BY_NAME = {"corrupt_message": CORRUPT_MESSAGE, "unsupported_for_message_format": UNSUPPORTED_FOR_MESSAGE_FORMAT}
+# Keyless records listed in a refusal's record_errors (the batch is refused whole either way).
+MAX_RECORD_ERRORS = 1000
 
 
 def _result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
-            append_time: int = -1, message: str | None = None) -> dict[str, Any]:
-    return {
+            append_time: int = -1, message: str | None = None,
+            record_errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {
         "index": index,
         "error_code": error,
         "base_offset": base_offset,
@@ -46,6 +51,33 @@ def _result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
         "log_start_offset": log_start,
         "error_message": message,
     }
+    if record_errors:
+        result["record_errors"] = record_errors  # Produce v8+; older versions drop it
+    return result
+
+
+def _refuse_keyless(broker: Broker, plog: PartitionLog, index: int, buf: bytearray | memoryview,
+                    headers: list[BatchHeader]) -> dict[str, Any] | None:
+    """A compacted topic takes only records with a key (Kafka's LogValidator).
+
+    The first batch holding keyless records fails the partition with INVALID_RECORD, their
+    batch-relative indexes in record_errors; None when every record has a key.
+    """
+    max_size = broker.config.socket_request_max_bytes  # bound on a compressed batch, inflated
+    for h in headers:
+        try:
+            keyless = null_key_indexes(buf, h, max_size, limit=MAX_RECORD_ERRORS)
+        except InvalidRecordBatch as e:
+            return _result(index, CORRUPT_MESSAGE, message=str(e))
+        if keyless:
+            tp = f"{plog.topic}-{plog.partition}"
+            each = f"Compacted topic cannot accept a record without a key in topic partition {tp}."
+            count = f"{len(keyless)}{' or more' if len(keyless) == MAX_RECORD_ERRORS else ''}"
+            return _result(index, INVALID_RECORD, log_start=plog.log_start_offset,
+                           message=f"Batch refused: {count} record(s) without a key, and topic partition {tp} "
+                                   "is compacted (cleanup.policy has compact); see record_errors",
+                           record_errors=[{"batch_index": i, "batch_index_error_message": each} for i in keyless])
+    return None
 
 
 def append_partition(broker: Broker, plog: PartitionLog, index: int,
@@ -69,6 +101,10 @@ def append_partition(broker: Broker, plog: PartitionLog, index: int,
                            message=f"batch of {h.size} bytes exceeds max.message.bytes={max_bytes}")
         if h.records_count <= 0:
             return _result(index, INVALID_RECORD, message="batch without records")
+    if plog.config.compact_enabled:
+        refused = _refuse_keyless(broker, plog, index, buf, headers)
+        if refused is not None:
+            return refused
     # Idempotent producers: a retried batch is acknowledged with its original offsets, not written.
     state = plog.producer_state
     for h in headers:
