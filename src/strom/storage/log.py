@@ -175,9 +175,10 @@ class PartitionLog:
             first_recovered = max(bisect_right(self._base_offsets, recovery_point) - 1, 0)
             # Epochs that start in the data being re-validated are re-learnt from its batches.
             self.leader_epoch_cache.truncate_from_end(self._segments[first_recovered].base_offset)
-            log.info("%s: unclean shutdown: re-checking %d of %d segments, from offset %d (recovery point %d)",
-                     self, len(self._segments) - first_recovered, len(self._segments),
-                     self._segments[first_recovered].base_offset, recovery_point)
+            if bases:  # not for a log created just now
+                log.info("%s: unclean shutdown: re-checking %d of %d segments, from offset %d (recovery point %d)",
+                         self, len(self._segments) - first_recovered, len(self._segments),
+                         self._segments[first_recovered].base_offset, recovery_point)
         self._recover_segments(first_recovered, full=not clean_shutdown)
 
         active = self._segments[-1]
