@@ -149,3 +149,135 @@ def test_log_start_offset_survives_a_crash(tmp_path: Path) -> None:
     assert restored is not None
     assert restored.log_start_offset == 33
     assert values(restored)[0] == b"v0"  # the batch holding 33 (32..33) comes back whole
+
+
+# ---- placement over several log dirs and batch creation ----------------------------------------
+
+OTHER_ID = uuid.UUID("00000000-0000-0000-0000-0000000000bb")
+
+
+def partitions_per_dir(dirs: list[Path]) -> list[int]:
+    return [sum(1 for c in d.iterdir() if c.is_dir() and not c.name.endswith(("-delete", "-stray"))) for d in dirs]
+
+
+def test_new_partitions_go_to_the_dir_with_the_fewest(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    lm = manager(dirs)
+    lm.create_logs("big", range(5), TOPIC_ID)
+    assert list(lm.log_dir_counts().values()) == partitions_per_dir(dirs) == [2, 2, 1]
+    lm.create_log("small", 0, OTHER_ID)  # the first dir among those with the fewest
+    assert lm.get_log("small", 0).directory.parent == dirs[2]  # type: ignore[union-attr]
+    lm.shutdown()
+
+    again = manager(dirs)  # counted again at start
+    assert list(again.log_dir_counts().values()) == [2, 2, 2]
+    paths = again.schedule_delete("big")
+    assert sorted(p.parent.name for p in paths) == ["a", "a", "b", "b", "c"]
+    assert list(again.log_dir_counts().values()) == [0, 0, 1]
+    for p in range(3):
+        again.create_log("next", p, OTHER_ID)
+    assert [again.get_log("next", p).directory.parent.name for p in range(3)] == ["a", "b", "a"]  # type: ignore[union-attr]
+    assert list(again.log_dir_counts().values()) == [2, 1, 1]
+
+
+def test_create_logs_in_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import strom.storage.log_manager as lm_module
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    lm = manager(dirs)
+    synced: list[Path] = []
+    real_fsync_dir = lm_module.fsync_dir
+
+    def counting_fsync_dir(directory: Path) -> None:
+        synced.append(Path(directory))
+        real_fsync_dir(directory)
+
+    monkeypatch.setattr(lm_module, "fsync_dir", counting_fsync_dir)
+    logs = lm.create_logs("t", [3, 0, 2, 1, *range(4, 40)], TOPIC_ID)
+    assert [log.partition for log in logs] == [3, 0, 2, 1, *range(4, 40)]  # in the order asked
+    assert partitions_per_dir(dirs) == [20, 20]
+    # Every new partition directory once, each log dir once: not a log dir fsync per partition.
+    assert sorted(synced) == sorted([log.directory for log in logs] + dirs)
+    for log in logs:
+        assert lm.topic_id_of_dir(log.directory) == TOPIC_ID
+        assert lm.get_log("t", log.partition) is log
+    # Existing partitions are returned as they are; new ones are made.
+    synced.clear()
+    more = lm.create_logs("t", range(38, 42), TOPIC_ID)
+    assert more[:2] == logs[-2:]
+    assert [log.partition for log in more] == [38, 39, 40, 41]
+    assert len(synced) == 2 + 2  # two new partitions, one in each log dir
+    with pytest.raises(InconsistentMetadata, match="topic id"):
+        lm.create_logs("t", [0], OTHER_ID)
+    lm.shutdown()
+    again = manager(dirs)
+    assert len(again.all_logs()) == 42
+    assert again.topic_id("t") == TOPIC_ID
+
+
+def test_make_logs_off_the_owning_thread(tmp_path: Path) -> None:
+    """prepare_logs reserves (placement and counts), make_logs touches only files, add_logs registers."""
+    import threading
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    lm = manager(dirs)
+    new = lm.prepare_logs("t", range(10), TOPIC_ID)
+    assert list(lm.log_dir_counts().values()) == [5, 5]  # reserved before any file exists
+    assert partitions_per_dir(dirs) == [0, 0]
+    with pytest.raises(InconsistentMetadata, match="already being created"):
+        lm.prepare_logs("t", [4], TOPIC_ID)
+    other = lm.prepare_logs("u", [0], OTHER_ID)  # placed knowing about the reservation
+    lm.cancel_logs(other)
+    thread = threading.Thread(target=lm.make_logs, args=(new,))
+    thread.start()
+    thread.join(30)
+    assert partitions_per_dir(dirs) == [5, 5]
+    assert lm.get_log("t", 0) is None and lm.all_logs() == []  # not visible until added
+    logs = lm.add_logs(new)
+    assert [log.partition for log in logs] == list(range(10))
+    assert lm.get_log("t", 9) is logs[9]
+    assert list(lm.log_dir_counts().values()) == [5, 5]
+
+
+def test_failed_make_logs_leaves_nothing_behind(tmp_path: Path) -> None:
+    lm = manager([tmp_path])
+    (tmp_path / "t-7").write_text("in the way")  # mkdir of t-7 fails half way through the batch
+    new = lm.prepare_logs("t", range(10), TOPIC_ID)
+    with pytest.raises(FileExistsError):
+        lm.make_logs(new)
+    lm.cancel_logs(new)
+    assert sorted(c.name for c in tmp_path.iterdir() if c.is_dir()) == []
+    assert lm.log_dir_counts() == {tmp_path: 0}
+    (tmp_path / "t-7").unlink()
+    assert len(lm.create_logs("t", range(10), TOPIC_ID)) == 10  # the reservation was released
+
+
+def test_removing_made_logs(tmp_path: Path) -> None:
+    lm = manager([tmp_path])
+    new = lm.prepare_logs("t", range(3), TOPIC_ID)
+    lm.make_logs(new)
+    new.remove()  # e.g. the topic was deleted while they were made
+    lm.cancel_logs(new)
+    assert list(tmp_path.glob("t-*")) == []
+    assert lm.log_dir_counts() == {tmp_path: 0}
+
+
+def test_stray_logs_are_set_aside(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    lm = manager(dirs)
+    append(lm.create_log("ghost", 0, TOPIC_ID), batch(2))
+    lm.create_log("kept", 0, OTHER_ID)
+    assert lm.partition_topic_id("ghost", 0) == TOPIC_ID
+    path = lm.set_aside_stray("ghost", 0)
+    assert path is not None and path.parent == dirs[0] and path.name.startswith("ghost-0.") and path.name.endswith("-stray")
+    assert (path / "00000000000000000000.log").stat().st_size > 0  # the data is kept
+    assert lm.get_log("ghost", 0) is None and lm.partition_topic_id("ghost", 0) is None
+    assert list(lm.log_dir_counts().values()) == [0, 1]
+    lm.create_log("empty", 0, TOPIC_ID)
+    assert lm.set_aside_stray("empty", 0) is None  # nothing worth keeping: deleted
+    assert not [d for d in dirs[0].iterdir() if d.name.startswith("empty-")]
+    lm.shutdown()
+    again = manager(dirs)
+    assert [(log.topic, log.partition) for log in again.all_logs()] == [("kept", 0)]
+    assert path.exists()
+    assert again.create_log("ghost", 0, OTHER_ID).directory == dirs[0] / "ghost-0"

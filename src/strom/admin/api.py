@@ -105,7 +105,7 @@ async def create_topic(request: web.Request) -> web.Response:
     if not isinstance(configs, dict):
         return _error(400, "configs must be an object of name: value")
     try:
-        broker.topics.create(body["name"], partitions, rf, {str(k): str(v) for k, v in configs.items()})
+        await broker.topics.create_async(body["name"], partitions, rf, {str(k): str(v) for k, v in configs.items()})
     except TopicError as e:
         status = 409 if e.error_code == 36 else 400
         return _error(status, e.message, e.error_code)

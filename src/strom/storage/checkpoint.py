@@ -39,8 +39,9 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Replace ``path`` with ``data``. Without fsync the rename is still atomic, not yet durable."""
+def write_atomic(path: Path, data: bytes, *, fsync: bool = True, fsync_directory: bool = True) -> None:
+    """Replace ``path`` with ``data``. Without fsync the rename is still atomic, not yet durable.
+    ``fsync_directory=False``: the caller fsyncs the directory itself (once for many files)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -52,7 +53,7 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if fsync:
+    if fsync and fsync_directory:
         fsync_dir(path.parent)
 
 
@@ -116,8 +117,12 @@ class PartitionMetadataFile:
     def __init__(self, directory: Path) -> None:
         self.path = directory / self.FILE_NAME
 
-    def write(self, topic_id: uuid.UUID) -> None:
-        write_atomic(self.path, f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n".encode())
+    def write(self, topic_id: uuid.UUID, *, fsync_directory: bool = True) -> None:
+        write_atomic(
+            self.path,
+            f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n".encode(),
+            fsync_directory=fsync_directory,
+        )
 
     def read(self) -> uuid.UUID | None:
         try:

@@ -15,7 +15,9 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from strom.storage.checkpoint import (
@@ -38,6 +40,8 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
+FSYNC_THREADS = 8  # for the fsyncs of a large batch of new partitions
 
 TopicPartition = tuple[str, int]
 
@@ -54,6 +58,34 @@ def delete_dir_name(topic: str, partition: int) -> str:
     """Kafka's logDeleteDirName: ``<topic>-<partition>.<uuid hex>-delete``, at most 255 bytes."""
     suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
     return topic[: 255 - len(suffix)] + suffix
+
+
+def stray_dir_name(topic: str, partition: int) -> str:
+    """Kafka's logStrayDirName: ``<topic>-<partition>.<uuid hex>-stray``, at most 255 bytes."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+    return topic[: 255 - len(suffix)] + suffix
+
+
+@dataclass
+class NewLogs:
+    """Partition logs being created in one go. ``LogManager.prepare_logs`` places them (on the
+    event loop), ``LogManager.make_logs`` does the file work (blocking, touches nothing shared:
+    a thread may run it), then ``LogManager.add_logs`` or ``cancel_logs`` (on the loop) ends it."""
+
+    topic: str
+    topic_id: uuid.UUID
+    config: LogConfig
+    partitions: list[int]  # as asked
+    existing: dict[int, PartitionLog]  # the partitions asked for that already have a log
+    placements: list[tuple[int, int, str]]  # (partition, log dir index, directory) of the others
+    made: list[PartitionLog] = field(default_factory=list)
+
+    def remove(self) -> None:
+        """Undo ``make_logs`` (blocking): close the logs it made and delete their directories."""
+        for plog in self.made:
+            plog.close_handlers()
+        self.made = []
+        LogManager.remove_dirs([Path(directory) for _, _, directory in self.placements])
 
 
 def new_cluster_id() -> str:
@@ -78,6 +110,12 @@ class LogManager:
         self._now_ms = now_ms
         self._topic_config = topic_config
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        # Partitions per log dir (index into log_dirs), kept as logs come and go, so placing a new
+        # partition costs O(#log dirs); it includes partitions being created (NewLogs).
+        self._dir_counts = [0] * len(self.log_dirs)
+        self._dir_of: dict[TopicPartition, int] = {}
+        self._topic_ids: dict[TopicPartition, uuid.UUID | None] = {}  # from partition.metadata
+        self._creating: set[TopicPartition] = set()
         self._checkpoint_lock = threading.Lock()  # the timed checkpoint and shutdown may overlap
         # Read at startup for replication; on one broker the high watermark follows the log end.
         self.high_watermark_checkpoints: dict[TopicPartition, int] = {}
@@ -100,10 +138,11 @@ class LogManager:
         for directory in self.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
         self._check_meta_properties()
-        for directory in self.log_dirs:
-            self._load_dir(directory)
+        for index in range(len(self.log_dirs)):
+            self._load_dir(index)
 
-    def _load_dir(self, directory: Path) -> None:
+    def _load_dir(self, index: int) -> None:
+        directory = self.log_dirs[index]
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_points = OffsetCheckpointFile(directory / RECOVERY_POINT_CHECKPOINT).read()
@@ -117,6 +156,9 @@ class LogManager:
                 continue
             if child.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(child, ignore_errors=True)
+                continue
+            if child.name.endswith(STRAY_DIR_SUFFIX):
+                log.warning("%s: stray partition (not in the cluster metadata), left for the operator", child)
                 continue
             tp = parse_topic_partition(child.name)
             if tp is None:
@@ -136,6 +178,9 @@ class LogManager:
                 clean_shutdown=clean,
                 now_ms=self._now_ms,
             )
+            self._dir_of[tp] = index
+            self._dir_counts[index] += 1
+            self._topic_ids[tp] = self.topic_id_of_dir(child)
             self._attach(self._logs[tp])
         if clean:
             marker.unlink()
@@ -177,6 +222,9 @@ class LogManager:
                 directory / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": -1}).encode()
             )
         self._logs.clear()
+        self._dir_of.clear()
+        self._topic_ids.clear()
+        self._dir_counts = [0] * len(self.log_dirs)
 
     # ---- logs ------------------------------------------------------------------------------
 
@@ -190,25 +238,109 @@ class LogManager:
         self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig | None = None
     ) -> PartitionLog:
         """The partition's log, created (with ``partition.metadata``) if it does not exist yet."""
-        existing = self._logs.get((topic, partition))
-        if existing is not None:
-            known = self.topic_id_of_dir(existing.directory)
+        return self.create_logs(topic, [partition], topic_id, config)[0]
+
+    def create_logs(
+        self, topic: str, partitions: Iterable[int], topic_id: uuid.UUID, config: LogConfig | None = None
+    ) -> list[PartitionLog]:
+        """The partitions' logs, in the order asked, created where missing: blocking, all in the
+        calling thread. For many partitions run ``make_logs`` in a thread instead (see NewLogs)."""
+        new = self.prepare_logs(topic, partitions, topic_id, config)
+        try:
+            self.make_logs(new)
+        except BaseException:
+            self.cancel_logs(new)
+            raise
+        return self.add_logs(new)
+
+    def prepare_logs(
+        self, topic: str, partitions: Iterable[int], topic_id: uuid.UUID, config: LogConfig | None = None
+    ) -> NewLogs:
+        """Place the missing partitions, each on the log dir holding the fewest partitions
+        (Kafka's choice), and reserve them; existing ones must carry ``topic_id``. On the loop."""
+        asked = list(partitions)
+        existing: dict[int, PartitionLog] = {}
+        missing: dict[int, None] = {}  # ordered, and no partition twice
+        for partition in asked:
+            tp = (topic, partition)
+            plog = self._logs.get(tp)
+            if plog is None:
+                if tp in self._creating or partition in missing:
+                    raise InconsistentMetadata(f"{topic}-{partition} is already being created")
+                missing[partition] = None
+                continue
+            known = self._topic_ids.get(tp)
             if known is not None and known != topic_id:
-                raise InconsistentMetadata(
-                    f"{topic}-{partition} exists with topic id {known}, not {topic_id}"
-                )
-            return existing
-        parent = self._next_log_dir()
-        directory = parent / f"{topic}-{partition}"
-        directory.mkdir()
-        PartitionMetadataFile(directory).write(topic_id)
-        plog = PartitionLog.open(
-            directory, topic, partition, config or self.config_for(topic), now_ms=self._now_ms
-        )
-        fsync_dir(parent)
-        self._logs[(topic, partition)] = plog
-        self._attach(plog)
-        return plog
+                raise InconsistentMetadata(f"{topic}-{partition} exists with topic id {known}, not {topic_id}")
+            existing[partition] = plog
+        counts = self._dir_counts
+        indexes = range(len(counts))
+        parents = [str(d) for d in self.log_dirs]  # plain strings: cheap to join on the loop
+        placements = []
+        for partition in missing:
+            index = min(indexes, key=counts.__getitem__)
+            counts[index] += 1
+            placements.append((partition, index, os.path.join(parents[index], f"{topic}-{partition}")))
+            self._creating.add((topic, partition))
+        return NewLogs(topic, topic_id, config or self.config_for(topic), asked, existing, placements)
+
+    def make_logs(self, new: NewLogs) -> None:
+        """The file work for ``prepare_logs``: directories, ``partition.metadata``, empty logs.
+        Blocking; safe in a thread (it reads only ``log_dirs``). Each new partition directory and
+        each log dir that got one is fsynced once, after all files are in place: on return the
+        directories and their ``partition.metadata`` are durable. On failure it removes what it
+        made and raises; the caller then calls ``cancel_logs``."""
+        made: list[PartitionLog] = []
+        created: list[Path] = []
+
+        def write_metadata(directory: Path) -> None:
+            PartitionMetadataFile(directory).write(new.topic_id, fsync_directory=False)
+            fsync_dir(directory)  # its partition.metadata and the segment files PartitionLog.open made
+
+        try:
+            for partition, _, name in new.placements:
+                directory = Path(name)
+                directory.mkdir()
+                created.append(directory)
+                made.append(PartitionLog.open(directory, new.topic, partition, new.config, now_ms=self._now_ms))
+            if len(created) > FSYNC_THREADS:
+                # The fsyncs are most of the time; the file system commits concurrent ones together.
+                with ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="strom-create") as pool:
+                    list(pool.map(write_metadata, created))
+            else:
+                for directory in created:
+                    write_metadata(directory)
+            for index in sorted({index for _, index, _ in new.placements}):
+                fsync_dir(self.log_dirs[index])
+        except BaseException:
+            for plog in made:
+                plog.close_handlers()
+            self.remove_dirs(created)
+            raise
+        new.made = made
+
+    def add_logs(self, new: NewLogs) -> list[PartitionLog]:
+        """Register the logs ``make_logs`` made; returns every log asked for. On the loop."""
+        logs = dict(new.existing)
+        for plog, (partition, index, _) in zip(new.made, new.placements, strict=True):
+            tp = (new.topic, partition)
+            self._logs[tp] = plog
+            self._dir_of[tp] = index
+            self._topic_ids[tp] = new.topic_id
+            self._creating.discard(tp)
+            self._attach(plog)
+            logs[partition] = plog
+        new.made = []
+        new.placements = []
+        return [logs[p] for p in new.partitions]
+
+    def cancel_logs(self, new: NewLogs) -> None:
+        """Release what ``prepare_logs`` reserved, after ``make_logs`` failed or ``NewLogs.remove``
+        undid it. On the loop."""
+        for partition, index, _ in new.placements:
+            self._dir_counts[index] -= 1
+            self._creating.discard((new.topic, partition))
+        new.placements = []
 
     # ---- deferred file deletion ------------------------------------------------------------
 
@@ -235,24 +367,23 @@ class LogManager:
                 count += 1
         return count
 
-    def _next_log_dir(self) -> Path:
-        """Kafka's choice: the directory holding the fewest partitions."""
-        counts = {d: 0 for d in self.log_dirs}
-        for plog in self._logs.values():
-            parent = plog.directory.parent
-            if parent in counts:
-                counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+    def log_dir_counts(self) -> dict[Path, int]:
+        """Partitions per log dir, counting those being created."""
+        return dict(zip(self.log_dirs, self._dir_counts, strict=True))
 
     @staticmethod
     def topic_id_of_dir(directory: Path) -> uuid.UUID | None:
         return PartitionMetadataFile(directory).read()
 
     def topic_id(self, topic: str) -> uuid.UUID | None:
-        for (t, _), plog in self._logs.items():
+        for (t, _), topic_id in self._topic_ids.items():
             if t == topic:
-                return self.topic_id_of_dir(plog.directory)
+                return topic_id
         return None
+
+    def partition_topic_id(self, topic: str, partition: int) -> uuid.UUID | None:
+        """The topic id in the partition's ``partition.metadata`` (None: no log, or no file)."""
+        return self._topic_ids.get((topic, partition))
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         """Topic config changed (AlterConfigs): applies to the next append of each partition."""
@@ -263,15 +394,35 @@ class LogManager:
     def schedule_delete(self, topic: str) -> list[Path]:
         """Close the topic's logs and rename their directories to ``...-delete``; the caller
         removes the returned paths off the event loop with ``remove_dirs``."""
-        renamed = []
-        for tp in sorted(tp for tp in self._logs if tp[0] == topic):
-            plog = self._logs.pop(tp)
-            plog.close_handlers()
-            target = plog.directory.parent / delete_dir_name(*tp)
-            os.rename(plog.directory, target)
-            fsync_dir(target.parent)
-            renamed.append(target)
+        doomed = sorted(tp for tp in self._logs if tp[0] == topic)
+        renamed = [self._set_aside(tp, delete_dir_name(*tp)) for tp in doomed]
+        for parent in sorted({path.parent for path in renamed}):
+            fsync_dir(parent)  # once per log dir, not per partition
         return renamed
+
+    def set_aside_stray(self, topic: str, partition: int) -> Path | None:
+        """Unload a log the cluster metadata does not know (left by a crash while its topic was
+        being created or deleted). One holding records is renamed ``...-stray`` and kept for the
+        operator (never loaded again); an empty one is deleted (None)."""
+        plog = self._logs[(topic, partition)]
+        empty = plog.log_start_offset == plog.log_end_offset == 0
+        name = delete_dir_name(topic, partition) if empty else stray_dir_name(topic, partition)
+        target = self._set_aside((topic, partition), name)
+        fsync_dir(target.parent)
+        if empty:
+            shutil.rmtree(target, ignore_errors=True)  # a leftover at worst, removed at the next start
+            return None
+        return target
+
+    def _set_aside(self, tp: TopicPartition, name: str) -> Path:
+        """Unregister and close the log, rename its directory to ``name``; the caller fsyncs."""
+        plog = self._logs.pop(tp)
+        self._dir_counts[self._dir_of.pop(tp)] -= 1
+        self._topic_ids.pop(tp, None)
+        plog.close_handlers()
+        target = plog.directory.parent / name
+        os.rename(plog.directory, target)
+        return target
 
     @staticmethod
     def remove_dirs(paths: list[Path]) -> None:

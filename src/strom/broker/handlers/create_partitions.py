@@ -28,7 +28,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                                  f"Topic currently has {info.partitions} partitions, which is higher than or "
                                  f"equal to the requested {t.count}.")
             if not request.validate_only:
-                broker.topics.add_partitions(t.name, t.count)
+                await broker.topics.add_partitions(t.name, t.count)  # checks again once its turn comes
         except TopicError as e:
             entry.update(error_code=e.error_code, error_message=e.message)
         results.append(entry)

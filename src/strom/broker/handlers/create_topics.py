@@ -56,7 +56,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 broker.topics.validate_new(t.name, p, r, configs)
                 entry.update(num_partitions=p, replication_factor=r, configs=config_entries(broker, configs))
             else:
-                info = broker.topics.create(t.name, partitions, rf, configs)
+                info = await broker.topics.create_async(t.name, partitions, rf, configs)
                 entry.update(topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=1,
                              configs=config_entries(broker, info.configs))
         except TopicError as e:

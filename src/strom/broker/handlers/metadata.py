@@ -16,6 +16,7 @@ MIN_VERSION = 0
 MAX_VERSION = 12
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 UNKNOWN_TOPIC_ID = 100
 
 
@@ -63,6 +64,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                     continue
             elif name is not None:
                 topic = md.get_topic(name)
+                if topic is None and broker.topics.being_created(name):
+                    # Kafka's answer while a topic's partitions are not ready yet: clients retry.
+                    topics.append({"error_code": LEADER_NOT_AVAILABLE, "name": name, "partitions": []})
+                    continue
                 if topic is None and allow_auto and broker.config.auto_create_topics_enable:
                     try:
                         topic = broker.topics.create(name)

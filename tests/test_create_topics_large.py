@@ -1,0 +1,231 @@
+"""Creating a topic with many partitions: the file work runs off the event loop (other clients are
+served meanwhile), the name is taken from the moment the request is accepted, and every partition
+is on disk, durable and usable after a restart."""
+
+from __future__ import annotations
+
+import select
+import shutil
+import threading
+import time
+from typing import Any
+
+from helpers import (
+    RawConnection,
+    confluent_admin,
+    confluent_consume,
+    confluent_produce,
+    create_topics,
+    ms,
+    request_class,
+    wait_until,
+)
+
+from strom.protocol import wire
+from strom.storage.checkpoint import topic_id_to_str
+
+BIG = 1000
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+STALL_BOUND = 1.0  # s: the longest another client may wait while a large topic is being created
+
+
+def create_topics_body(name: str, partitions: int, version: int = 7) -> Any:
+    req = request_class("create_topics", version, "CreateTopicsRequest")
+    ct = request_class("create_topics", version, "CreatableTopic")
+    topic = ct(name=name, num_partitions=partitions, replication_factor=1, assignments=(), configs=())
+    return req(topics=(topic,), timeout=ms(30000), validate_only=False)
+
+
+def create_partitions_body(name: str, count: int, version: int = 3) -> Any:
+    req = request_class("create_partitions", version, "CreatePartitionsRequest")
+    topic = request_class("create_partitions", version, "CreatePartitionsTopic")
+    return req(topics=(topic(name=name, count=count, assignments=None),), timeout=ms(30000), validate_only=False)
+
+
+def delete_topics_body(name: str, version: int = 6) -> Any:
+    req = request_class("delete_topics", version, "DeleteTopicsRequest")
+    state = request_class("delete_topics", version, "DeleteTopicState")
+    return req(topics=(state(name=name, topic_id=None),), timeout=ms(30000))
+
+
+def read_response(conn: RawConnection, corr: int, api_key: int, version: int) -> Any:
+    got, body = wire.decode_response(api_key, version, conn.read_frame())
+    assert got == corr
+    return body
+
+
+def partition_dirs(data_dir: Any, topic: str) -> list[Any]:
+    return [d for d in data_dir.iterdir() if d.is_dir() and d.name.rpartition("-")[0] == topic]
+
+
+class Prober(threading.Thread):
+    """Another client on its own connection: ApiVersions, Metadata of another topic and of the topic
+    being created, back to back. Records (sent, answered, error code of the watched topic)."""
+
+    def __init__(self, bootstrap: str, other: str, watched: str, timeout: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.other = other
+        self.watched = watched
+        self.deadline = time.monotonic() + timeout
+        self.samples: list[tuple[float, float, int | None]] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with RawConnection(self.bootstrap, timeout=STALL_BOUND * 10) as conn:
+                while not self.stop.is_set() and time.monotonic() < self.deadline:
+                    start = time.monotonic()
+                    conn.api_versions()
+                    self.samples.append((start, time.monotonic(), None))
+                    start = time.monotonic()
+                    (other,) = conn.metadata([self.other]).topics
+                    assert int(other.error_code) == NONE, other
+                    self.samples.append((start, time.monotonic(), None))
+                    start = time.monotonic()
+                    (watched,) = conn.metadata([self.watched]).topics
+                    self.samples.append((start, time.monotonic(), int(watched.error_code)))
+                    time.sleep(0.005)
+        except BaseException as e:  # reported by finish()
+            self.error = e
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(STALL_BOUND * 20)
+        assert not self.is_alive(), "the prober is stuck"
+        if self.error is not None:
+            raise self.error
+
+
+def test_large_create_keeps_serving_other_clients_and_survives_restart(broker) -> None:
+    bs = broker.bootstrap
+    create_topics(bs, {"other": 1})
+    admin = confluent_admin(bs)
+    admin.list_topics(timeout=10)  # connected before the clock starts
+    prober = Prober(bs, "other", "big")
+    prober.start()
+    wait_until(lambda: len(prober.samples) >= 9, 10, what="the prober running")
+    from confluent_kafka.admin import NewTopic
+
+    started = time.monotonic()
+    future = admin.create_topics([NewTopic("big", BIG, 1)], operation_timeout=60, request_timeout=60)["big"]
+    future.result(timeout=60)
+    took = time.monotonic() - started
+    prober.finish()
+
+    overlapping = [(s, e, code) for s, e, code in prober.samples if e >= started and s <= started + took]
+    worst = max(e - s for s, e, _ in overlapping)
+    in_flight = [code for _, _, code in overlapping if code == LEADER_NOT_AVAILABLE]
+    # Seen as "being created" by requests answered meanwhile: the loop served them while the
+    # partitions were made, which a blocked loop cannot do, however fast the disk.
+    assert len(in_flight) >= 3, f"{len(in_flight)} answers while the {took:.2f}s creation was in flight"
+    assert worst < STALL_BOUND, f"another client waited {worst:.2f}s during a {took:.2f}s creation"
+
+    with RawConnection(bs) as raw:
+        topic_id = raw.topic_id("big")
+    broker.stop(timeout=60)
+    dirs = partition_dirs(broker.data_dir, "big")
+    assert len(dirs) == BIG
+    expected = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n"
+    assert all((d / "partition.metadata").read_text() == expected for d in dirs)
+    broker.start(timeout=60)
+
+    with RawConnection(bs) as raw:
+        (md,) = raw.metadata(["big"]).topics
+        assert int(md.error_code) == NONE and md.topic_id == topic_id
+        assert sorted(int(p.partition_index) for p in md.partitions) == list(range(BIG))
+    sample = [0, 1, 499, BIG - 2, BIG - 1]
+    records = [{"value": b"v%d" % p, "partition": p} for p in sample]
+    delivered = confluent_produce(bs, "big", records)
+    assert [(d.partition, d.offset) for d in delivered] == [(p, 0) for p in sample]
+    got = confluent_consume(bs, "big", sample, len(sample))
+    assert sorted((m.partition(), m.value()) for m in got) == [(p, b"v%d" % p) for p in sample]
+
+
+def test_two_creates_of_one_name_make_one_topic(broker) -> None:
+    bs = broker.bootstrap
+    with RawConnection(bs, timeout=60) as first, RawConnection(bs) as second, RawConnection(bs) as watcher:
+        first_corr = first.send(19, 7, create_topics_body("race", BIG))
+        # The first creation is under way (its name reserved, its files being made)...
+        wait_until(lambda: int(watcher.metadata(["race"]).topics[0].error_code) == LEADER_NOT_AVAILABLE,
+                   10, interval=0.001, what="the creation in flight")
+        # ...when the second arrives: refused at once, without waiting for the first.
+        (lost,) = read_response(second, second.send(19, 7, create_topics_body("race", BIG)), 19, 7).topics
+        assert int(lost.error_code) == TOPIC_ALREADY_EXISTS, lost
+        assert select.select([first.sock], [], [], 0)[0] == [], "the first creation ended before the second"
+        # Auto-creation by a Metadata request does not make a second one either.
+        (md,) = watcher.metadata(["race"], auto_create=True).topics
+        assert int(md.error_code) in (LEADER_NOT_AVAILABLE, NONE), md
+        (won,) = read_response(first, first_corr, 19, 7).topics
+        assert int(won.error_code) == NONE, won
+        assert int(won.num_partitions) == BIG
+        (md,) = watcher.metadata(["race"]).topics
+        assert int(md.error_code) == NONE and md.topic_id == won.topic_id
+        assert len(md.partitions) == BIG
+    dirs = partition_dirs(broker.data_dir, "race")
+    assert len(dirs) == BIG
+    assert not [d for d in broker.data_dir.iterdir() if d.name.endswith("-stray")]
+
+
+def test_create_partitions_one_change_at_a_time(broker) -> None:
+    bs = broker.bootstrap
+    create_topics(bs, {"grow": 1})
+    with RawConnection(bs, timeout=60) as raw:
+        # Pipelined on one connection: the second waits for the first, then finds the topic larger.
+        to_600 = raw.send(37, 3, create_partitions_body("grow", 600))
+        to_300 = raw.send(37, 3, create_partitions_body("grow", 300))
+        (first,) = read_response(raw, to_600, 37, 3).results
+        (second,) = read_response(raw, to_300, 37, 3).results
+        assert int(first.error_code) == NONE, first
+        assert int(second.error_code) == INVALID_PARTITIONS, second
+        assert len(raw.metadata(["grow"]).topics[0].partitions) == 600
+    assert len(partition_dirs(broker.data_dir, "grow")) == 600
+    delivered = confluent_produce(bs, "grow", [{"value": b"last", "partition": 599}])
+    assert delivered[0].offset == 0
+
+
+def test_topic_deleted_while_its_partitions_are_added(broker) -> None:
+    bs = broker.bootstrap
+    create_topics(bs, {"doomed": 1})
+    with RawConnection(bs, timeout=60) as raw:
+        grow = raw.send(37, 3, create_partitions_body("doomed", BIG))
+        delete = raw.send(20, 6, delete_topics_body("doomed"))  # runs while the partitions are made
+        (grown,) = read_response(raw, grow, 37, 3).results
+        (deleted,) = read_response(raw, delete, 20, 6).responses
+        assert int(deleted.error_code) == NONE, deleted
+        assert int(grown.error_code) == UNKNOWN_TOPIC_OR_PARTITION, grown
+        assert int(raw.metadata(["doomed"]).topics[0].error_code) == UNKNOWN_TOPIC_OR_PARTITION
+    wait_until(lambda: not [d for d in broker.data_dir.iterdir() if d.name.startswith("doomed-")], 20,
+               what="the partition directories removed")
+    create_topics(bs, {"doomed": 2})  # the name is free again
+    assert confluent_produce(bs, "doomed", [{"value": b"x", "partition": 1}])[0].offset == 0
+
+
+def test_partition_directories_unknown_to_the_metadata_are_set_aside(broker) -> None:
+    """What a crash between making a topic's logs and recording the topic leaves behind."""
+    bs = broker.bootstrap
+    create_topics(bs, {"t": 2})
+    confluent_produce(bs, "t", [{"value": b"x", "partition": 0}])
+    broker.stop()
+    data = broker.data_dir
+    shutil.copytree(data / "t-0", data / "ghost-0")  # a topic the metadata never recorded
+    shutil.copytree(data / "t-0", data / "t-5")  # a partition beyond the topic's count
+    shutil.copytree(data / "t-1", data / "ghost-1")  # empty: nothing to keep
+    broker.start()
+    assert not any((data / name).exists() for name in ("ghost-0", "t-5", "ghost-1"))
+    strays = sorted(d.name.split(".")[0] for d in data.iterdir() if d.name.endswith("-stray"))
+    assert strays == ["ghost-0", "t-5"]
+    assert "not in the cluster metadata" in broker.log_text()
+    create_topics(bs, {"ghost": 3})
+    delivered = confluent_produce(bs, "ghost", [{"value": b"new", "partition": 0}])
+    assert delivered[0].offset == 0  # a new log, not the stray's
+    with RawConnection(bs) as raw:
+        assert len(raw.metadata(["t"]).topics[0].partitions) == 2
+    broker.restart()  # strays stay aside
+    assert len([d for d in data.iterdir() if d.name.endswith("-stray")]) == 2
+    assert len(confluent_consume(bs, "t", [0, 1], 1)) == 1
