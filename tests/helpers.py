@@ -487,7 +487,7 @@ class BackgroundTraffic:
                     if msg.error() is not None:
                         self.errors.append(f"consume: {msg.error()}")
                     else:
-                        self.consumed.append(msg.value())
+                        self.consumed.append(msg.value() or b"")  # the producer never sends null values
         finally:
             consumer.close()
 

@@ -28,14 +28,41 @@ def _int32_array(data: bytes) -> array[int]:
     return a
 
 
-class OffsetIndex:
+class _IndexFile:
+    """What both index kinds share: the file, fixed-size entries, whole-file writes and reads."""
+
+    ENTRY_SIZE: int
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def to_bytes(self) -> bytes:
+        raise NotImplementedError
+
+    def write(self) -> None:
+        write_atomic(self.path, self.to_bytes(), fsync=False)
+
+    def _read_entries(self) -> bytes | None:
+        """Clear, then the file's bytes; None if it is missing or not a whole number of entries."""
+        self.clear()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return None if len(data) % self.ENTRY_SIZE else data
+
+
+class OffsetIndex(_IndexFile):
     """Maps a relative offset to the file position of a batch at or before it."""
 
     ENTRY_SIZE = 8
 
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
+        super().__init__(path, base_offset)
         # Relative offset of the *last* record of the indexed batch, and that batch's position
         # (Kafka's convention: every offset >= an entry lies in that batch or after it).
         self.relative_offsets: array[int] = array("i")
@@ -80,17 +107,10 @@ class OffsetIndex:
             out.byteswap()
         return out.tobytes()
 
-    def write(self) -> None:
-        write_atomic(self.path, self.to_bytes(), fsync=False)
-
     def load(self, segment_size: int) -> bool:
         """Read the file; False (and empty) if it is missing or fails the sanity check."""
-        self.clear()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(data) % self.ENTRY_SIZE:
+        data = self._read_entries()
+        if data is None:
             return False
         both = _int32_array(data)
         rel, pos = both[0::2], both[1::2]
@@ -104,14 +124,13 @@ class OffsetIndex:
         return True
 
 
-class TimeIndex:
+class TimeIndex(_IndexFile):
     """Maps a timestamp to the offset of the first batch that reached it; entries only when it grows."""
 
     ENTRY_SIZE = 12
 
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
+        super().__init__(path, base_offset)
         self.timestamps: array[int] = array("q")
         self.relative_offsets: array[int] = array("i")
 
@@ -154,16 +173,10 @@ class TimeIndex:
             _TIME_ENTRY.pack_into(out, i * self.ENTRY_SIZE, ts, rel)
         return bytes(out)
 
-    def write(self) -> None:
-        write_atomic(self.path, self.to_bytes(), fsync=False)
-
     def load(self) -> bool:
-        self.clear()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(data) % self.ENTRY_SIZE:
+        """Read the file; False (and empty) if it is missing or fails the sanity check."""
+        data = self._read_entries()
+        if data is None:
             return False
         previous_ts, previous_rel = None, -1
         timestamps: array[int] = array("q")
