@@ -139,3 +139,30 @@ def test_frame_size_prefix_of_a_spliced_response_matches_its_bytes(module_broker
         assert got_corr == corr and len(bytes(resp.responses[0].partitions[0].records)) > 300_000
         # The next frame starts right where the size said this one ends.
         assert struct.unpack_from(">i", raw, 4 + size + 4)[0] == ping
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_size_prefixes_alone_do_not_reserve_memory(broker: BrokerProcess) -> None:
+    """50 connections each announce a 100 MB request and send 100 KB of it: the broker holds what
+    arrived (about 1 MB each at most), not 5 GB, and keeps serving others."""
+    assert broker.proc is not None
+    before = _rss_mb(broker.proc.pid)
+    conns = [RawConnection(broker.bootstrap, timeout=10) for _ in range(50)]
+    try:
+        for c in conns:
+            c.send_bytes(struct.pack(">i", 100 << 20) + struct.pack(">hhi", 0, 9, 1) + b"\0" * 100_000)
+        time.sleep(1.0)
+        grown = _rss_mb(broker.proc.pid) - before
+        assert grown < 200, f"RSS grew by {grown:.0f} MB"
+        with RawConnection(broker.bootstrap) as other:
+            assert other.request(3, 12, _metadata_body()) is not None
+    finally:
+        for c in conns:
+            c.close()

@@ -47,6 +47,8 @@ class FrameDecoder:
 
     # Per connection, so kept small: frames over half of it get a buffer of their own anyway.
     READ_BUFFER = 64 * 1024
+    # A large frame's buffer starts at this size (most Produce requests fit) and doubles as needed.
+    LARGE_STEP = 1 << 20
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame
@@ -55,10 +57,16 @@ class FrameDecoder:
         self._start = 0  # first unparsed byte in _buf
         self._end = 0  # end of the bytes read into _buf
         self._large: bytearray | None = None  # the frame being filled in place, if any
+        self._large_size = 0  # its announced size (the buffer grows towards it)
         self._filled = 0
 
     def get_buffer(self) -> memoryview:
         if self._large is not None:
+            if self._filled == len(self._large):
+                # Grow by doubling as bytes arrive: memory follows what was sent, not what a size
+                # prefix claims. (Here, not in buffer_updated: the transport holds the last view
+                # until that returns, and a bytearray with a view on it cannot be resized.)
+                self._large += bytes(min(len(self._large), self._large_size - len(self._large)))
             return memoryview(self._large)[self._filled :]
         if self._end == len(self._buf):
             self._compact()
@@ -67,7 +75,7 @@ class FrameDecoder:
     def buffer_updated(self, nbytes: int) -> list[bytes | bytearray]:
         if self._large is not None:
             self._filled += nbytes
-            if self._filled < len(self._large):
+            if self._filled < self._large_size:
                 return []
             frame = self._large
             self._large, self._filled = None, 0
@@ -80,9 +88,9 @@ class FrameDecoder:
         frames: list[bytes | bytearray] = []
         data_view = memoryview(data)
         while data_view:
-            target = self.get_buffer()
-            n = min(len(target), len(data_view))
-            target[:n] = data_view[:n]
+            with self.get_buffer() as target:  # released before the buffer may grow, as a transport does
+                n = min(len(target), len(data_view))
+                target[:n] = data_view[:n]
             data_view = data_view[n:]
             frames += self.buffer_updated(n)
         return frames
@@ -101,8 +109,9 @@ class FrameDecoder:
             if size > len(buf) // 2:
                 # Too large to wait for here: give it its own buffer and let the socket fill it.
                 have = end - pos - 4
-                self._large = bytearray(size)
+                self._large = bytearray(max(min(size, self.LARGE_STEP), have))
                 self._large[:have] = self._view[pos + 4 : end]
+                self._large_size = size
                 self._filled = have
                 pos = end
             break
