@@ -188,3 +188,27 @@ def test_a_size_prefix_alone_does_not_reserve_its_size() -> None:
     assert dec.feed(struct.pack(">i", 100 << 20) + b"x" * 10) == []
     with dec.get_buffer() as target:
         assert len(target) <= wire.FrameDecoder.LARGE_STEP
+
+
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 16])
+def test_guard_walks_exactly_the_body_kio_reads(version: int) -> None:
+    """The skimmer (fixed-size fields checked in runs, arrays of them at once) ends where kio's decoder
+    ends, and every truncation of the body is caught before kio sees it."""
+    from kio.serial import entity_reader
+
+    from strom.protocol.guard import BadLength, entity_skimmer
+
+    cls = wire._request_readers(1, version)[2]
+    parts = [{"partition": p, "current_leader_epoch": -1, "fetch_offset": p * 7, "last_fetched_epoch": -1,
+              "log_start_offset": -1, "partition_max_bytes": 1 << 20} for p in range(5)]
+    body = build(cls, {"replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                       "session_id": 0, "session_epoch": -1, "rack_id": "r", "cluster_id": None,
+                       "forgotten_topics_data": [{"topic": "f", "topic_id": None, "partitions": [1, 2, 3]}],
+                       "topics": [{"topic": "t", "topic_id": None, "partitions": parts}]})
+    payload = wire.encode_request(1, version, 3, "c", body)[4:]
+    header_size = wire._request_readers(1, version)[0](payload, 0)[1]
+    _, body_size = entity_reader(cls)(payload, header_size)
+    assert entity_skimmer(cls)(payload, header_size, []) == header_size + body_size
+    for cut in range(header_size, len(payload)):
+        with pytest.raises(BadLength):
+            entity_skimmer(cls)(payload[:cut], header_size, [])

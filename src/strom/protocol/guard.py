@@ -145,11 +145,20 @@ def _array(item: Skim, flexible: bool) -> Skim:
 def entity_skimmer(cls: Any) -> Skim:
     flexible = bool(cls.__flexible__)
     steps: list[Skim] = []
+    fixed_run = 0  # bytes of consecutive fixed-size fields: checked with one step
+
+    def end_fixed_run() -> None:
+        nonlocal fixed_run
+        if fixed_run:
+            steps.append(_fixed(fixed_run))
+            fixed_run = 0
+
     for f in dataclasses.fields(cls):
         if "tag" in f.metadata:
             continue  # tagged fields live in the trailing tagged-field section
         kind = classify_field(f)
         if isinstance(kind, EntityTupleField | EntityField):
+            end_fixed_run()
             inner = entity_skimmer(kind.type_)
             if kind.is_array:
                 steps.append(_array(inner, flexible))
@@ -158,10 +167,21 @@ def entity_skimmer(cls: Any) -> Skim:
             else:
                 steps.append(inner)
             continue
-        prim = _primitive(f.metadata["kafka_type"], flexible)
-        steps.append(_array(prim, flexible) if kind.is_array else prim)
+        kafka_type = f.metadata["kafka_type"]
+        if not kind.is_array and kafka_type in _FIXED:
+            fixed_run += _FIXED[kafka_type]
+            continue
+        end_fixed_run()
+        if kind.is_array and kafka_type in _FIXED:
+            steps.append(_fixed_array(_FIXED[kafka_type], flexible))
+        else:
+            prim = _primitive(kafka_type, flexible)
+            steps.append(_array(prim, flexible) if kind.is_array else prim)
+    end_fixed_run()
     if flexible:
         steps.append(_skip_tagged)
+    if len(steps) == 1:
+        return steps[0]
 
     def skim(buf: Buffer, pos: int, spans: Spans) -> int:
         for step in steps:
@@ -170,7 +190,20 @@ def entity_skimmer(cls: Any) -> Skim:
     return skim
 
 
+def _fixed(size: int) -> Skim:
+    return lambda buf, pos, spans: _need(buf, pos, size)
+
+
+def _fixed_array(size: int, flexible: bool) -> Skim:
+    def skim(buf: Buffer, pos: int, spans: Spans) -> int:
+        n, pos = _length(buf, pos, flexible, True)
+        return pos if n < 0 else _need(buf, pos, n * size)
+    return skim
+
+
 def _skip_tagged(buf: Buffer, pos: int, spans: Spans) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # the usual case: no tagged fields
+        return pos + 1
     return _skip_tagged_fields(buf, pos)
 
 
