@@ -32,6 +32,11 @@ class Member(threading.Thread):
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         super().__init__(daemon=True)
         self.consumer = _consumer(bootstrap, group)
+        # Know the topic's partitions before joining. Otherwise a leader may assign without them
+        # and rejoin when they arrive, and kafka-python 3.0.12 sometimes never heartbeats again
+        # after such a metadata-triggered rejoin (the broker answers every request; seen in
+        # request logs: the member just goes quiet until its session times out).
+        wait_until(lambda: self.consumer.partitions_for_topic(topic), 20, what=f"metadata for {topic}")
         self.consumer.subscribe([topic])
         self.records: list[tuple[int, int]] = []
         self.assignment: set[int] = set()
