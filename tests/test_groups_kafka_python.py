@@ -26,18 +26,22 @@ def _consumer(bootstrap: str, group: str, **kw: Any) -> KafkaConsumer:
                          consumer_timeout_ms=1000, **kw)
 
 
+def _subscribe(consumer: KafkaConsumer, topic: str) -> None:
+    """Subscribe once the topic's partitions are known. Otherwise a leader may assign without them
+    and rejoin when they arrive, and kafka-python 3.0.12 sometimes never heartbeats again after
+    such a metadata-triggered rejoin (the broker answers every request, as request logs show: the
+    member just goes quiet until its session times out)."""
+    wait_until(lambda: consumer.partitions_for_topic(topic), 20, what=f"metadata for {topic}")
+    consumer.subscribe([topic])
+
+
 class Member(threading.Thread):
     """One kafka-python consumer polling in its own thread (as applications run them)."""
 
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         super().__init__(daemon=True)
         self.consumer = _consumer(bootstrap, group)
-        # Know the topic's partitions before joining. Otherwise a leader may assign without them
-        # and rejoin when they arrive, and kafka-python 3.0.12 sometimes never heartbeats again
-        # after such a metadata-triggered rejoin (the broker answers every request; seen in
-        # request logs: the member just goes quiet until its session times out).
-        wait_until(lambda: self.consumer.partitions_for_topic(topic), 20, what=f"metadata for {topic}")
-        self.consumer.subscribe([topic])
+        _subscribe(self.consumer, topic)
         self.records: list[tuple[int, int]] = []
         self.assignment: set[int] = set()
         self.stop = threading.Event()
@@ -82,7 +86,7 @@ def test_three_members_share_partitions_and_second_group_gets_everything(gbroker
     assert set(everything) == {(d.partition, d.offset) for d in delivered}
 
     other = _consumer(bs, "kp-share-2")
-    other.subscribe(["kp-share"])
+    _subscribe(other, "kp-share")
     got = [(r.partition, r.offset) for r in other]  # iterates until consumer_timeout_ms of silence
     other.close()
     assert sorted(got) == sorted(everything)
@@ -94,7 +98,7 @@ def test_commit_with_metadata_and_resume(gbroker: BrokerProcess) -> None:
     create_topics(bs, {"kp-commit": 2})
     delivered = confluent_produce(bs, "kp-commit", values(40))
     c = _consumer(bs, "kp-commit")
-    c.subscribe(["kp-commit"])
+    _subscribe(c, "kp-commit")
     first = []
     for r in c:
         first.append(r)
@@ -110,7 +114,7 @@ def test_commit_with_metadata_and_resume(gbroker: BrokerProcess) -> None:
     for p, o in last.items():
         committed = c.committed(TopicPartition("kp-commit", p), metadata=True)
         assert (committed.offset, committed.metadata) == (o, "kp-meta")
-    c.subscribe(["kp-commit"])
+    _subscribe(c, "kp-commit")
     rest = list(c)
     c.close()
     assert len(first) + len(rest) == 40
