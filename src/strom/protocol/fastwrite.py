@@ -16,6 +16,10 @@ compares the two): same null encodings, same tagged-field rule (a tagged field i
 differs from its default, in tag order), same rounding of durations and timestamps. Values are
 trusted to have the types the schema declares (``build`` makes them so), so no value is
 type-checked on the way.
+
+``dict_writer(cls)`` is the same compilation reading a handler's result dict instead of an entity:
+it writes what ``entity_writer(cls)`` writes for ``build(cls, data)`` (tests/test_dict_writer.py
+holds it to that), without building the entities, which cost several times the encoding.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
     EntityField,
@@ -38,6 +43,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.static.constants import uuid_zero
+
+from strom.protocol.build import _FieldPlan, _plan, _to_datetime, _to_error_code, _to_timedelta, build
 
 Writer = Callable[[bytearray, Any], None]
 
@@ -202,9 +209,12 @@ class _Compiler:
 
     def tagged(self, tagged: list[tuple[int, dataclasses.Field[Any]]], var: str, indent: int, out: str) -> None:
         """Each tagged field that differs from its default, as tag, size and value; count first."""
+        self.tagged_values([(tag, f, self.load(var, f.name, indent)) for tag, f in tagged], indent, out)
+
+    def tagged_values(self, tagged: list[tuple[int, dataclasses.Field[Any], str]], indent: int, out: str) -> None:
+        """The tagged-field section, from the fields' values already in locals."""
         src = self.src
-        values = [(tag, f, self.load(var, f.name, indent), src.const(get_tagged_field_default(f)))
-                  for tag, f in tagged]
+        values = [(tag, f, value, src.const(get_tagged_field_default(f))) for tag, f, value in tagged]
         # Usually every tagged field holds its default, the very instance of the schema: then the
         # section is just its count, 0. (`is` first: comparing entities field by field costs.)
         src.block(indent, "if " + " and ".join(f"{value} is {default}" for _, _, value, default in values) + ":")
@@ -311,4 +321,212 @@ def entity_writer(cls: Any) -> Writer:
     exec(code, src.namespace)  # source generated above from the schema, never from input
     write: Writer = src.namespace["write"]
     write.__doc__ = text  # the generated source, for whoever debugs it
+    return write
+
+
+# --- writers from handler dicts ------------------------------------------------------------------
+#
+# ``dict_writer(cls)`` encodes what ``entity_writer(cls)`` would encode for ``build(cls, data)``,
+# reading the handler's dict directly: building the frozen dataclasses costs several times the
+# encoding for large responses. Each field's value is what build() would have put in the entity:
+# the key's value converted as build() converts it, or, for a missing key, the dataclass default or
+# build()'s zero. Nested values may be dicts (inlined) or kio entities (handed to entity_writer).
+# Tagged fields are rare and compared with their defaults, so they go through build()'s own
+# conversion and the entity writer's tagged-field code.
+
+_MISSING = object()
+
+
+class _ErrorCodes(dict[Any, int]):
+    """int value of each error code, keyed by code (an IntEnum hashes as its int); anything else
+    goes through build()'s conversion (which rejects unknown codes)."""
+
+    def __missing__(self, value: Any) -> int:
+        return int(_to_error_code(value))
+
+
+_ERROR_CODES = _ErrorCodes({int(code): int(code) for code in ErrorCode})
+# Integer milliseconds below this survive build()'s timedelta and the writer's float rounding exactly.
+_EXACT_MS = 1 << 50
+
+
+def _timedelta_ms(value: Any) -> int:
+    if value.__class__ is int and -_EXACT_MS < value < _EXACT_MS:
+        return value  # type: ignore[no-any-return]
+    return round(_to_timedelta(value).total_seconds() * 1000)
+
+
+# Integer milliseconds of the years 1-9999 (what build()'s datetime accepts): the writer's float
+# rounding gives them back exactly, so they skip the datetime (which costs about 2 us).
+_FIRST_MS, _LAST_MS = -62135596800000, 253402300799999
+
+
+def _datetime_ms(value: Any) -> int:
+    if value.__class__ is int and _FIRST_MS <= value <= _LAST_MS:
+        return value  # type: ignore[no-any-return]
+    return round(_to_datetime(value).timestamp() * 1000)
+
+
+def _nullable_datetime_ms(value: Any) -> int:
+    if value.__class__ is int and _FIRST_MS <= value <= _LAST_MS:
+        return value  # type: ignore[no-any-return]
+    value = _to_datetime(value)
+    return -1 if value is None else round(value.timestamp() * 1000)
+
+
+# kafka_type -> (struct format, function giving the packed value from what a handler may give).
+_CONVERTED: dict[str, tuple[str, Callable[[Any], int]]] = {
+    "error_code": ("h", _ERROR_CODES.__getitem__),
+    "timedelta_i32": ("i", _timedelta_ms),
+    "timedelta_i64": ("q", _timedelta_ms),
+    "datetime_i64": ("q", _datetime_ms),
+}
+
+
+def _build_converter(p: _FieldPlan) -> Callable[[Any], Any]:
+    """build()'s conversion of one present value of field ``p``."""
+    nested = p.nested
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        if nested is not None:
+            if p.is_array:
+                return tuple(v if isinstance(v, nested) else build(nested, v) for v in value)
+            return value if isinstance(value, nested) else build(nested, value)
+        return tuple(value) if p.is_array else p.convert(value)
+
+    return convert
+
+
+def _absent(f: dataclasses.Field[Any], p: _FieldPlan) -> Any:
+    """What build() puts in the entity when the key is missing."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return p.zero
+
+
+class _DictCompiler(_Compiler):
+    def literal(self, value: Any) -> str:
+        if value is None or value.__class__ in (int, bool, str, bytes):
+            return repr(value)
+        return self.src.const(value)
+
+    def dict_entity(self, cls: Any, var: str, indent: int, out: str) -> None:
+        """Inline the fields of ``cls`` read from mapping ``var``, then its tagged fields."""
+        src = self.src
+        flexible = bool(cls.__flexible__)
+        plans = {p.name: p for p in _plan(cls)}
+        header = cls.__name__ == "RequestHeader"
+        get = src.temp("g")
+        src.line(indent, f"{get} = {var}.get")
+        tagged: list[tuple[int, dataclasses.Field[Any], str]] = []
+        for f in dataclasses.fields(cls):
+            p = plans[f.name]
+            absent = _absent(f, p)
+            read = f"{get}({f.name!r}, {self.literal(absent)})"
+            tag = get_field_tag(f)
+            if tag is not None:
+                value = src.temp("v")
+                src.line(indent, f"{value} = {get}({f.name!r}, _MISSING)")
+                src.line(indent, f"{value} = {self.literal(absent)} if {value} is _MISSING "
+                                 f"else {src.const(_build_converter(p), '_conv')}({value})")
+                tagged.append((tag, f, value))
+                continue
+            kind = classify_field(f)
+            optional = is_optional(f)
+            kafka_type = f.metadata.get("kafka_type", "")
+            if isinstance(kind, PrimitiveField) and kafka_type in _CONVERTED:
+                fmt, convert = _CONVERTED[kafka_type]
+                if kafka_type == "datetime_i64" and optional:
+                    convert = _nullable_datetime_ms
+                packed = self.packed_absent(kafka_type, absent)
+                if convert(absent) == packed:  # build()'s missing value converts to what the writer packs
+                    call = "_ERROR_CODES[{}]" if kafka_type == "error_code" else src.const(convert, "_cv") + "({})"
+                    src.fixed(indent, out, fmt, call.format(read))
+                else:  # a missing key's value is build()'s, not converted: pack its writer form
+                    value = self.assign(f"{get}({f.name!r}, _MISSING)", indent)
+                    src.line(indent, f"{value} = {self.literal(packed)} if {value} is _MISSING "
+                                     f"else {src.const(convert, '_cv')}({value})")
+                    src.fixed(indent, out, fmt, value)
+            elif header and f.name == "client_id":
+                self.string(self.assign(read, indent), False, True, "string", indent, out)
+            elif _read_once(f):
+                self.field(f, read, flexible, optional, indent, out)
+            elif isinstance(kind, PrimitiveField):
+                self.field(f, self.assign(read, indent), flexible, optional, indent, out)
+            elif isinstance(kind, PrimitiveTupleField):
+                self.field(f, self.sequence(read, indent), flexible, optional, indent, out)
+            elif isinstance(kind, EntityTupleField):
+                value = self.sequence(read, indent)
+                item = src.temp("e")
+                self.array_length(value, flexible, indent, out)
+                src.block(indent, f"for {item} in {value} or ():")
+                self.nested(kind.type_, item, indent + 1, out)
+                src.flush()
+            elif isinstance(kind, EntityField) and optional:
+                value = self.assign(read, indent)
+                src.block(indent, f"if {value} is None:")
+                src.fixed(indent + 1, out, "b", "-1")
+                src.block(indent, "else:")
+                src.fixed(indent + 1, out, "b", "1")
+                self.nested(kind.type_, value, indent + 1, out)
+                src.flush()
+            else:
+                self.nested(kind.type_, self.assign(read, indent), indent, out)
+        if not flexible:
+            if tagged:
+                raise ValueError("Found tagged fields on a non-flexible model")
+            return
+        if not tagged:
+            src.fixed(indent, out, "x", None)
+            return
+        self.tagged_values(sorted(tagged, key=lambda t: t[0]), indent, out)
+
+    @staticmethod
+    def packed_absent(kafka_type: str, absent: Any) -> Any:
+        """The writer's packed value of build()'s value for a missing key (already converted)."""
+        if kafka_type == "error_code":
+            return int(absent)
+        if kafka_type.startswith("timedelta"):
+            return round(absent.total_seconds() * 1000)
+        return -1 if absent is None else round(absent.timestamp() * 1000)
+
+    def assign(self, expr: str, indent: int) -> str:
+        value = self.src.temp("v")
+        self.src.line(indent, f"{value} = {expr}")
+        return value
+
+    def sequence(self, expr: str, indent: int) -> str:
+        """An array value: build() makes a tuple of any other iterable."""
+        value = self.assign(expr, indent)
+        self.src.block(indent, f"if {value} is not None and {value}.__class__ is not tuple "
+                              f"and {value}.__class__ is not list:")
+        self.src.line(indent + 1, f"{value} = tuple({value})")
+        return value
+
+    def nested(self, cls: Any, value: str, indent: int, out: str) -> None:
+        """A nested entity given as a dict (inlined) or as a kio entity (its entity writer)."""
+        src = self.src
+        src.block(indent, f"if {value}.__class__ is dict or not isinstance({value}, {src.const(cls, '_k')}):")
+        self.dict_entity(cls, value, indent + 1, out)
+        src.block(indent, "else:")
+        src.flush()
+        src.line(indent + 1, f"{src.const(entity_writer(cls), '_w')}({out}, {value})")
+
+
+@cache
+def dict_writer(cls: Any) -> Writer:
+    """``write(out, data)``: appends what ``entity_writer(cls)`` writes for ``build(cls, data)``."""
+    src = _Source()
+    src.namespace.update(_MISSING=_MISSING, _ERROR_CODES=_ERROR_CODES)
+    _DictCompiler(src).dict_entity(cls, "data", 1, "out")
+    src.flush()
+    text = "def write(out, data):\n" + "\n".join(src.lines) + "\n"
+    code = compile(text, f"<fastwrite dict {cls.__module__}.{cls.__qualname__}>", "exec")
+    exec(code, src.namespace)  # source generated above from the schema, never from input
+    write: Writer = src.namespace["write"]
+    write.__doc__ = text
     return write
