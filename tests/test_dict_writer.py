@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
-from test_fastwrite import _PRIMITIVES, SERVED, _fetch_body, _nested, entity_strategy
+from test_fastwrite import _PRIMITIVES, SERVED, _fetch_body, _metadata_body, _nested, entity_strategy
 
 from strom.protocol import fastwrite, splice, wire
 from strom.protocol.build import build
@@ -183,16 +183,7 @@ def _unspliced(body: dict[str, Any], blobs: splice.BlobSplicer) -> dict[str, Any
 
 @pytest.mark.parametrize("version", [0, 1, 9, 12])
 def test_metadata_with_topics_and_partitions(version: int) -> None:
-    topics = [{"name": f"topic-{t}", "topic_id": uuid.UUID(int=t + 1), "error_code": 0,
-               "is_internal": t == 0,
-               "partitions": [{"partition_index": p, "leader_id": 1, "leader_epoch": 4, "replica_nodes": [1, 2, 3],
-                               "isr_nodes": [1, 2], "offline_replicas": [3] if p == 0 else []} for p in range(40)],
-               "topic_authorized_operations": -2147483648} for t in range(10)]
-    topics.append({"name": "missing", "error_code": 3, "partitions": []})
-    body = {"throttle_time": 0, "cluster_id": "strom-cluster", "controller_id": 1,
-            "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None},
-                        {"node_id": 2, "host": "broker-2.example", "port": 9093, "rack": "r1"}],
-            "topics": topics}
+    body = _metadata_body()
     assert wire.encode_response_dict(3, version, 5, body) == wire.encode_response(
         3, version, 5, build(wire.response_class(3, version), body))
 

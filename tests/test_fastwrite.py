@@ -211,18 +211,22 @@ def test_fetch_with_1000_partitions(version: int) -> None:
     assert wire.encode_response(1, version, 77, resp) == kio_frame(1, version, 77, resp)
 
 
-@pytest.mark.parametrize("version", [0, 1, 9, 12])
-def test_metadata_with_topics_and_partitions(version: int) -> None:
+def _metadata_body() -> dict[str, Any]:
+    """A Metadata response of 10 topics x 40 partitions, an unknown topic and two brokers."""
     topics = [{"name": f"topic-{t}", "topic_id": uuid.UUID(int=t + 1), "error_code": 0, "is_internal": t == 0,
                "partitions": [{"partition_index": p, "leader_id": 1, "leader_epoch": 4, "replica_nodes": [1, 2, 3],
                                "isr_nodes": [1, 2], "offline_replicas": [3] if p == 0 else []} for p in range(40)],
                "topic_authorized_operations": -2147483648} for t in range(10)]
     topics.append({"name": "missing", "error_code": 3, "partitions": []})
-    body = {"throttle_time": 0, "cluster_id": "strom-cluster", "controller_id": 1,
+    return {"throttle_time": 0, "cluster_id": "strom-cluster", "controller_id": 1,
             "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None},
                         {"node_id": 2, "host": "broker-2.example", "port": 9093, "rack": "r1"}],
             "topics": topics}
-    resp = build(wire.response_class(3, version), body)
+
+
+@pytest.mark.parametrize("version", [0, 1, 9, 12])
+def test_metadata_with_topics_and_partitions(version: int) -> None:
+    resp = build(wire.response_class(3, version), _metadata_body())
     assert wire.encode_response(3, version, 5, resp) == kio_frame(3, version, 5, resp)
 
 

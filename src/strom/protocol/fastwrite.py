@@ -249,7 +249,7 @@ class _Compiler:
             item = self.src.temp("e")
             self.array_length(value, flexible, indent, out)
             self.src.block(indent, f"for {item} in {value} or ():")
-            self.entity(kind.type_, item, indent + 1, out)
+            self.nested(kind.type_, item, indent + 1, out)
             self.src.flush()
         elif isinstance(kind, EntityField) and optional:
             # A nullable struct (KIP-893): int8 -1 for null, 1 before the fields.
@@ -257,10 +257,14 @@ class _Compiler:
             self.src.fixed(indent + 1, out, "b", "-1")
             self.src.block(indent, "else:")
             self.src.fixed(indent + 1, out, "b", "1")
-            self.entity(kind.type_, value, indent + 1, out)
+            self.nested(kind.type_, value, indent + 1, out)
             self.src.flush()
         else:
-            self.entity(kind.type_, value, indent, out)
+            self.nested(kind.type_, value, indent, out)
+
+    def nested(self, cls: Any, value: str, indent: int, out: str) -> None:
+        """A nested entity: inlined (the dict compiler also takes dicts here)."""
+        self.entity(cls, value, indent, out)
 
     def primitive(self, kafka_type: str, value: str, flexible: bool, optional: bool, indent: int, out: str) -> None:
         if kafka_type in _SIZED:
@@ -314,11 +318,15 @@ def entity_writer(cls: Any) -> Writer:
     """``write(out, entity)``: appends the encoding of ``entity`` (an instance of ``cls``) to ``out``."""
     src = _Source()
     _Compiler(src).entity(cls, "entity", 1, "out")
+    return _compile(src, "entity", f"<fastwrite {cls.__module__}.{cls.__qualname__}>")
+
+
+def _compile(src: _Source, argument: str, filename: str) -> Writer:
+    """``def write(out, <argument>)`` from the generated lines."""
     src.flush()
     body = "\n".join(src.lines) or "    pass"
-    text = f"def write(out, entity):\n{body}\n"
-    code = compile(text, f"<fastwrite {cls.__module__}.{cls.__qualname__}>", "exec")
-    exec(code, src.namespace)  # source generated above from the schema, never from input
+    text = f"def write(out, {argument}):\n{body}\n"
+    exec(compile(text, filename, "exec"), src.namespace)  # source generated from the schema, never from input
     write: Writer = src.namespace["write"]
     write.__doc__ = text  # the generated source, for whoever debugs it
     return write
@@ -457,25 +465,10 @@ class _DictCompiler(_Compiler):
                 self.field(f, read, flexible, optional, indent, out)
             elif isinstance(kind, PrimitiveField):
                 self.field(f, self.assign(read, indent), flexible, optional, indent, out)
-            elif isinstance(kind, PrimitiveTupleField):
+            elif isinstance(kind, PrimitiveTupleField | EntityTupleField):
                 self.field(f, self.sequence(read, indent), flexible, optional, indent, out)
-            elif isinstance(kind, EntityTupleField):
-                value = self.sequence(read, indent)
-                item = src.temp("e")
-                self.array_length(value, flexible, indent, out)
-                src.block(indent, f"for {item} in {value} or ():")
-                self.nested(kind.type_, item, indent + 1, out)
-                src.flush()
-            elif isinstance(kind, EntityField) and optional:
-                value = self.assign(read, indent)
-                src.block(indent, f"if {value} is None:")
-                src.fixed(indent + 1, out, "b", "-1")
-                src.block(indent, "else:")
-                src.fixed(indent + 1, out, "b", "1")
-                self.nested(kind.type_, value, indent + 1, out)
-                src.flush()
-            else:
-                self.nested(kind.type_, self.assign(read, indent), indent, out)
+            else:  # a nested entity, nullable or not
+                self.field(f, self.assign(read, indent), flexible, optional, indent, out)
         if not flexible:
             if tagged:
                 raise ValueError("Found tagged fields on a non-flexible model")
@@ -523,10 +516,4 @@ def dict_writer(cls: Any) -> Writer:
     src = _Source()
     src.namespace.update(_MISSING=_MISSING, _ERROR_CODES=_ERROR_CODES)
     _DictCompiler(src).dict_entity(cls, "data", 1, "out")
-    src.flush()
-    text = "def write(out, data):\n" + "\n".join(src.lines) + "\n"
-    code = compile(text, f"<fastwrite dict {cls.__module__}.{cls.__qualname__}>", "exec")
-    exec(code, src.namespace)  # source generated above from the schema, never from input
-    write: Writer = src.namespace["write"]
-    write.__doc__ = text
-    return write
+    return _compile(src, "data", f"<fastwrite dict {cls.__module__}.{cls.__qualname__}>")

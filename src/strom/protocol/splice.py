@@ -13,12 +13,10 @@ field's contents changes nothing else in the frame but the frame's size prefix.
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 
-from kio.serial.writers import write_unsigned_varint
-from kio.static.primitive import uvarint
+from strom.protocol import fastwrite
 
 # Blobs smaller than this stay in the encoded frame: a separate buffer costs more than the copy.
 MIN_SPLICE = 4096
@@ -77,8 +75,4 @@ class BlobSplicer:
 
 
 def _length_prefix(length: int, compact: bool) -> bytes:
-    if not compact:
-        return _INT32.pack(length)
-    out = io.BytesIO()
-    write_unsigned_varint(out, uvarint(length + 1))
-    return out.getvalue()
+    return fastwrite.uvarint(length + 1) if compact else _INT32.pack(length)
