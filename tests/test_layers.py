@@ -12,7 +12,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "protocol": {"records", "storage", "cluster", "coordinator", "broker", "cli", "admin", "spark", "config"},
     "records": {"protocol", "storage", "cluster", "coordinator", "broker", "cli", "admin", "spark", "config"},
     "storage": {"protocol", "cluster", "coordinator", "broker", "cli", "admin", "spark", "config"},
-    "cluster": {"coordinator", "broker", "cli", "admin", "spark"},
+    "cluster": {"coordinator", "replication", "broker", "cli", "admin", "spark"},
+    "replication": {"coordinator", "cli", "admin", "spark"},
     "coordinator": {"cluster", "cli", "admin", "spark"},
     "broker": {"cli", "admin", "spark"},
 }

@@ -15,12 +15,15 @@ from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
 from strom.broker.topics import TopicManager
-from strom.cluster.metadata import BrokerInfo, LocalMetadataStore
+from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.coordinator.runtime import GroupCoordinatorRuntime
 from strom.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from strom.broker.cluster_node import ClusterNode
     from strom.config import BrokerConfig
+    from strom.replication.replica_manager import ReplicaManager
+    from strom.storage.log import PartitionLog
 
 log = logging.getLogger("strom.broker")
 
@@ -40,8 +43,19 @@ class Broker:
         log_dirs = list(config.log_dirs)
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.metadata = LocalMetadataStore(log_dirs[0])
-        self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
+        # With zookeeper.connect the broker is one of a cluster (strom.cluster.node); alone it keeps
+        # its metadata in a file in the first log dir.
+        self.cluster: ClusterNode | None = None
+        self.replicas: ReplicaManager | None = None
+        self.metadata: MetadataStore
+        if config.zookeeper_connect:
+            from strom.broker.cluster_node import ClusterNode
+
+            self.cluster = ClusterNode(self)
+            self.metadata = self.cluster.store
+        else:
+            self.metadata = LocalMetadataStore(log_dirs[0])
+            self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
         self.topics = TopicManager(self)
         self.maintenance = LogMaintenance(self)  # retention and the log cleaner
@@ -68,8 +82,12 @@ class Broker:
         for service in self.services:
             await service.start()
         loop = asyncio.get_running_loop()
+        if self.cluster is not None:
+            await self.cluster.connect()  # the metadata cache is loaded from ZooKeeper
         await loop.run_in_executor(None, self.log_manager.startup)
         self.topics.reconcile()
+        if self.cluster is not None:
+            self.cluster.take_up_partitions()
         self.group_coordinator = GroupCoordinatorRuntime(self)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
         await self.maintenance.start()  # after the replay, which reads logs from threads
@@ -82,13 +100,31 @@ class Broker:
         bound_port = first.port
         if first.port == 0 and self._servers:
             bound_port = self._servers[0].sockets[0].getsockname()[1]
-        self.node = BrokerInfo(self.config.broker_id, first.host or "127.0.0.1", bound_port)
+        self.node = BrokerInfo(self.config.broker_id, first.host or "127.0.0.1", bound_port, self.config.broker_rack)
+        if self.cluster is not None:
+            await self.cluster.register(self._bound_endpoints())  # joins: the controller sees it now
         self.spawn(self._flush_loop())
         self.spawn(self._checkpoint_loop())
         ports = ",".join(str(s.sockets[0].getsockname()[1]) for s in self._servers)
         log.info("strom broker %d ready: listening on %s (port %s), log.dirs=%s",
                  self.config.broker_id, ",".join(f"{lst.name}://{lst.host}:{lst.port}" for lst in self.config.listeners),
                  ports, ",".join(str(d) for d in self.config.log_dirs))
+
+    def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1) -> tuple[PartitionLog | None, int, int]:
+        """(log, error, leader epoch) of a partition this broker leads; (None, Kafka's error, -1)
+        when it does not (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, a fenced epoch)."""
+        if self.replicas is None:
+            plog = self.log_manager.get_log(topic, partition)
+            return (plog, 0, 0) if plog is not None else (None, 3, -1)
+        part, error = self.replicas.leader_partition(topic, partition, current_leader_epoch)
+        return (part.log, 0, part.leader_epoch) if part is not None else (None, error, -1)
+
+    def _bound_endpoints(self) -> list[tuple[str, str, int]]:
+        """(listener name, advertised host, port) with ports chosen by the OS filled in."""
+        bound = {lst.name: srv.sockets[0].getsockname()[1] for lst, srv in zip(self.config.listeners, self._servers,
+                                                                                 strict=False)}
+        advertised = self.config.advertised_listeners or self.config.listeners
+        return [(a.name, a.host or "127.0.0.1", a.port or bound.get(a.name, a.port)) for a in advertised]
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -138,6 +174,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("strom broker %d shutting down", self.config.broker_id)
+        if self.cluster is not None:
+            await self.cluster.shutdown()  # leaves the cluster first: leaders move, fetchers stop
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
@@ -161,7 +199,13 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
+    from strom.cluster.zk_store import ZooKeeperUnavailable
+
     broker = Broker(config)
     if setup is not None:
         setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
-    runner(broker.serve_forever())
+    try:
+        runner(broker.serve_forever())
+    except ZooKeeperUnavailable as e:
+        log.error("zookeeper.connect: %s", e)
+        raise SystemExit(2) from None

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from strom.cluster.metadata import TopicInfo, validate_topic_name
+from strom.cluster.metadata import LocalMetadataStore, TopicInfo, validate_topic_name
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -54,6 +54,11 @@ class TopicManager:
         # request for the same name finds it taken.
         self._in_flight: dict[str, asyncio.Event] = {}
 
+    def _local_store(self) -> LocalMetadataStore:
+        store = self.broker.metadata
+        assert isinstance(store, LocalMetadataStore), "a cluster changes topics through ZooKeeper"
+        return store
+
     def log_config(self, topic: TopicInfo) -> LogConfig:
         return self._log_config(topic.configs)
 
@@ -68,16 +73,25 @@ class TopicManager:
 
     def reconcile(self) -> None:
         """At start: set aside logs the metadata does not know (a crash while their topic was being
-        created or deleted), and make sure every partition of every known topic has a log."""
+        created or deleted; in a cluster also partitions no longer assigned to this broker), and on
+        one broker make sure every partition of every known topic has a log (in a cluster the
+        replica manager makes the logs of the partitions assigned here)."""
         lm = self.broker.log_manager
         topics = self.broker.metadata.topics()
+        cluster = self.broker.cluster
+        me = self.broker.config.broker_id
         for plog in lm.all_logs():
             info = topics.get(plog.topic)
             known = lm.partition_topic_id(plog.topic, plog.partition)
-            if info is None or plog.partition >= info.partitions or known not in (None, info.topic_id):
+            assignment = cluster.store.assignments.get(plog.topic) if cluster is not None else None
+            not_here = cluster is not None and (assignment is None
+                                                or me not in assignment.replicas.get(plog.partition, []))
+            if info is None or plog.partition >= info.partitions or known not in (None, info.topic_id) or not_here:
                 path = lm.set_aside_stray(plog.topic, plog.partition)
                 log.warning("%s-%d is not in the cluster metadata: %s", plog.topic, plog.partition,
                             f"moved aside to {path}" if path else "empty, deleted")
+        if cluster is not None:
+            return
         for topic in topics.values():
             cfg = self.log_config(topic)
             for plog in lm.create_logs(topic.name, range(topic.partitions), topic.topic_id, cfg):
@@ -96,9 +110,10 @@ class TopicManager:
             raise TopicError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if replication_factor <= 0:
             raise TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        if replication_factor > 1:
+        brokers = len(self.broker.cluster.store.brokers) if self.broker.cluster is not None else 1
+        if replication_factor > brokers:
             raise TopicError(INVALID_REPLICATION_FACTOR,
-                             f"Replication factor: {replication_factor} larger than available brokers: 1.")
+                             f"Replication factor: {replication_factor} larger than available brokers: {brokers}.")
         try:
             validate_topic_configs(configs)
         except ConfigError as e:
@@ -119,6 +134,8 @@ class TopicManager:
         partitions, rf, configs = self._resolve(partitions, replication_factor, configs)
         self.validate_new(name, partitions, rf, configs)
         topic_id = uuid.uuid4()
+        if self.broker.cluster is not None:
+            return self._create_in_cluster(name, topic_id, partitions, rf, configs, internal)
         try:
             self.broker.log_manager.create_logs(name, range(partitions), topic_id, self._log_config(configs))
         except OSError as e:
@@ -132,6 +149,10 @@ class TopicManager:
         partitions, rf, configs = self._resolve(partitions, replication_factor, configs)
         self.validate_new(name, partitions, rf, configs)
         topic_id = uuid.uuid4()
+        if self.broker.cluster is not None:
+            info = self._create_in_cluster(name, topic_id, partitions, rf, configs, internal)
+            await self.wait_for_leaders(name, range(partitions))
+            return info
         new = self.broker.log_manager.prepare_logs(name, range(partitions), topic_id, self._log_config(configs))
 
         async def finish() -> TopicInfo:
@@ -141,9 +162,42 @@ class TopicManager:
 
         return await self._run_reserved(name, finish)
 
+    def _create_in_cluster(self, name: str, topic_id: uuid.UUID, partitions: int, rf: int,
+                           configs: dict[str, str], internal: bool) -> TopicInfo:
+        """Write the assignment to ZooKeeper; the controller elects the leaders and the brokers
+        holding replicas make the logs. Kafka's placement over the live brokers (rack-aware)."""
+        from strom.cluster.assignment import AssignmentError, assign_replicas
+
+        assert self.broker.cluster is not None
+        store = self.broker.cluster.store
+        try:
+            replicas = assign_replicas(store.live_brokers(), partitions, rf)
+        except AssignmentError as e:
+            raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
+        try:
+            store.create_topic_assignment(name, topic_id, replicas, configs)
+        except Exception as e:  # NodeExists: another broker created it first
+            if type(e).__name__ == "NodeExistsError":
+                raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+            raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create '{name}' in ZooKeeper: {e}") from e
+        log.info("created topic %s with %d partitions, replication factor %d (id %s)", name, partitions, rf, topic_id)
+        return TopicInfo(name, topic_id, partitions, dict(configs), internal)
+
+    async def wait_for_leaders(self, name: str, partitions: range, timeout_s: float = 10.0) -> None:
+        """In a cluster: until every partition has a leader in this broker's cache (Kafka's
+        CreateTopics answers once the metadata has reached the brokers), or the time is up."""
+        assert self.broker.cluster is not None
+        store = self.broker.cluster.store
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if all((s := store.state(name, p)) is not None and s.leader >= 0 for p in partitions):
+                return
+            await asyncio.sleep(0.02)
+
     def _add_topic(self, name: str, partitions: int, configs: dict[str, str], topic_id: uuid.UUID,
                    internal: bool) -> TopicInfo:
-        topic = self.broker.metadata.create_topic(name, partitions, configs, internal=internal, topic_id=topic_id)
+        topic = self._local_store().create_topic(name, partitions, configs, internal=internal, topic_id=topic_id)
         log.info("created topic %s with %d partitions (id %s)", name, partitions, topic.topic_id)
         return topic
 
@@ -165,6 +219,9 @@ class TopicManager:
             raise TopicError(INVALID_PARTITIONS,
                              f"Topic currently has {topic.partitions} partitions, which is higher than or equal to "
                              f"the requested {total}.")
+        if self.broker.cluster is not None:
+            await self._add_partitions_in_cluster(topic, total)
+            return
         lm = self.broker.log_manager
         new = lm.prepare_logs(name, range(topic.partitions, total), topic.topic_id, self.log_config(topic))
 
@@ -179,10 +236,26 @@ class TopicManager:
             cfg = self.log_config(current)  # configs may have changed meanwhile
             for plog in lm.add_logs(new):
                 plog.config = cfg
-            self.broker.metadata.set_partition_count(name, total)
+            self._local_store().set_partition_count(name, total)
             log.info("topic %s now has %d partitions", name, total)
 
         await self._run_reserved(name, finish)
+
+    async def _add_partitions_in_cluster(self, topic: TopicInfo, total: int) -> None:
+        from strom.cluster.assignment import AssignmentError, assign_replicas
+
+        assert self.broker.cluster is not None
+        store = self.broker.cluster.store
+        current = store.assignments.get(topic.name)
+        rf = len(next(iter(current.replicas.values()))) if current and current.replicas else 1
+        try:
+            replicas = assign_replicas(store.live_brokers(), total - topic.partitions, rf,
+                                       first_partition=topic.partitions)
+        except AssignmentError as e:
+            raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
+        await store.run(store.add_partitions, topic.name, replicas)
+        await self.wait_for_leaders(topic.name, range(topic.partitions, total))
+        log.info("topic %s now has %d partitions", topic.name, total)
 
     async def _run_reserved(self, name: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` with ``name`` reserved, as a task of its own: a caller that is cancelled
@@ -212,7 +285,11 @@ class TopicManager:
         topic = self.broker.metadata.get_topic(name)
         if topic is None:
             raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        self.broker.metadata.delete_topic(name)
+        if self.broker.cluster is not None:
+            # The controller deletes it; every broker then drops its logs (replica manager).
+            self.broker.cluster.store.request_delete(name)
+            return
+        self._local_store().delete_topic(name)
         paths = self.broker.log_manager.schedule_delete(name)
         for p in range(topic.partitions):
             self.broker.purgatory.notify((name, p))
@@ -220,6 +297,13 @@ class TopicManager:
         loop = asyncio.get_running_loop()
         self.broker.spawn(loop.run_in_executor(None, self.broker.log_manager.remove_dirs, paths))
         log.info("deleted topic %s", name)
+
+    async def wait_deleted(self, name: str, timeout_s: float = 10.0) -> None:
+        """In a cluster: until the controller has deleted the topic (gone from this broker's cache)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.broker.metadata.get_topic(name) is not None and loop.time() < deadline:
+            await asyncio.sleep(0.02)
 
     def partition_log(self, name: str, partition: int) -> PartitionLog | None:
         return self.broker.log_manager.get_log(name, partition)

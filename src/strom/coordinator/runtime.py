@@ -266,12 +266,7 @@ class GroupCoordinatorRuntime:
 
 def _complete_batches(data: bytes) -> list[rb.BatchHeader]:
     """The whole batches at the start of ``data`` (a read may end inside a batch)."""
-    end = 0
-    while end + 12 <= len(data):
-        length = int.from_bytes(data[end + 8 : end + 12], "big", signed=True)
-        if length <= 0 or end + 12 + length > len(data):
-            break
-        end += 12 + length
+    end = rb.whole_batches_end(data)
     return rb.iter_batches(data[:end]) if end else []
 
 

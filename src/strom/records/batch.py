@@ -164,3 +164,14 @@ def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, timest
     _I64.pack_into(buf, pos + MAX_TIMESTAMP, timestamp_ms)
     crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + header.size])
     struct.pack_into(">I", buf, pos + CRC, crc)
+
+
+def whole_batches_end(buf: bytes | bytearray | memoryview) -> int:
+    """Where the last whole batch at the start of ``buf`` ends (a read may stop inside a batch)."""
+    end = 0
+    while end + LOG_OVERHEAD <= len(buf):
+        length = int.from_bytes(buf[end + BATCH_LENGTH : end + LOG_OVERHEAD], "big", signed=True)
+        if length <= 0 or end + LOG_OVERHEAD + length > len(buf):
+            break
+        end += LOG_OVERHEAD + length
+    return end

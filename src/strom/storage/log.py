@@ -73,6 +73,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms: deleted segment files linger this long
+    # Replication (read by replication/, not by the log itself).
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
 
     @property
     def delete_enabled(self) -> bool:
@@ -123,6 +126,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._truncations = 0
         self._closed = False
+        # In a cluster the high watermark is what the whole ISR has, set by replication; on one
+        # broker every append is committed at once.
+        self.replicated = False
         # Set by the LogManager: takes segments removed from the log (files already renamed to
         # .deleted) and closes and deletes them later, off the event loop. None: delete at once.
         self.deletion_sink: Callable[[list[LogSegment]], None] | None = None
@@ -292,6 +298,7 @@ class PartitionLog:
             return AppendInfo(first, first - 1, -1, self.log_start_offset)
         log_append_time = self._now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
         max_timestamp = log_append_time
+        lasts = []
         for h in headers:
             assign_offsets(buf, h, offset, leader_epoch)
             if log_append_time >= 0:
@@ -299,27 +306,56 @@ class PartitionLog:
             elif h.max_timestamp > max_timestamp:
                 max_timestamp = h.max_timestamp
             offset += h.last_offset_delta + 1
-        segment = self._maybe_roll(len(buf), max_timestamp, offset - 1)
-        base_position = segment.write(buf)
+            lasts.append(offset - 1)
+        self._write_batches(buf, headers, lasts, max_timestamp, log_append_time)
+        if leader_epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        return AppendInfo(first, offset - 1, log_append_time, self.log_start_offset)
 
-        offset = first
-        producer_state = self.producer_state
+    def append_as_follower(self, buf: bytearray | memoryview, headers: list[BatchHeader]) -> int:
+        """Append batches copied from the leader, offsets and epochs as the leader assigned them.
+
+        Offsets must increase from the log end offset on (a compacted leader may leave gaps); each
+        batch's leader epoch enters the epoch cache, so a later truncation finds where logs diverge.
+        Returns the new log end offset.
+        """
+        if not headers:
+            return self.log_end_offset
+        expected = self.log_end_offset
+        lasts = []
+        max_timestamp = -1
         for h in headers:
-            last = offset + h.last_offset_delta
+            if h.base_offset < expected:
+                raise ValueError(f"{self}: leader sent offset {h.base_offset}, expected {expected} or more")
+            expected = h.next_offset
+            lasts.append(h.last_offset)
+            max_timestamp = max(max_timestamp, h.max_timestamp)
+        self._write_batches(buf, headers, lasts, max_timestamp, -1)
+        cache = self.leader_epoch_cache
+        for h in headers:
+            if h.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(h.partition_leader_epoch, h.base_offset)
+        return expected
+
+    def _write_batches(self, buf: bytearray | memoryview, headers: list[BatchHeader], lasts: list[int],
+                       max_timestamp: int, log_append_time: int) -> None:
+        """Write batches (``lasts``: each one's last offset) in one write; index them, track producers."""
+        end = lasts[-1] + 1
+        segment = self._maybe_roll(len(buf), max_timestamp, lasts[-1])
+        base_position = segment.write(buf)
+        producer_state = self.producer_state
+        for h, last in zip(headers, lasts, strict=True):
             segment.index_batch(
                 base_position + h.position, last, log_append_time if log_append_time >= 0 else h.max_timestamp
             )
             if h.producer_id != NO_PRODUCER_ID:
                 producer_state.update(read_header(buf, h.position))
-            offset = last + 1
-        segment.next_offset = offset
+        segment.next_offset = end
         # Data is written before the end moves: a concurrent flush never claims unwritten bytes.
-        self.log_end_offset = offset
-        producer_state.map_end_offset = offset
-        self.high_watermark = offset
-        if leader_epoch > self.leader_epoch_cache.latest_epoch:
-            self.leader_epoch_cache.assign(leader_epoch, first)
-        return AppendInfo(first, offset - 1, log_append_time, self.log_start_offset)
+        self.log_end_offset = end
+        producer_state.map_end_offset = end
+        if not self.replicated:
+            self.high_watermark = end  # in a cluster the ISR moves it (replication.partition)
 
     def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int) -> LogSegment:
         segment = self._segments[-1]
@@ -490,6 +526,12 @@ class PartitionLog:
         active.truncate_to(offset)
         self._after_truncation(active.next_offset)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it at ``offset`` (a follower behind the leader's log start)."""
+        with self._lock:
+            self._truncations += 1
+        self._truncate_fully_and_start_at(offset)
+
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         with self._lock:
             self._truncations += 1
@@ -523,13 +565,18 @@ class PartitionLog:
                 f"{self.topic}-{self.partition}: cannot delete records up to {new_start}, "
                 f"high watermark is {self.high_watermark}"
             )
+        self.advance_log_start_offset(new_start)
+
+    def advance_log_start_offset(self, new_start: int) -> None:
+        """Move the log start forward (at most to the log end); whole segments below it go. A
+        follower calls it to follow the leader's log start (retention, DeleteRecords)."""
+        new_start = min(new_start, self.log_end_offset)
         if new_start <= self.log_start_offset:
             return
         self.log_start_offset = new_start
-        doomed = [
-            s for s, nxt in zip(self._segments, self._base_offsets[1:], strict=False) if nxt <= new_start
-        ]
-        self._delete_segments(doomed)
+        self.high_watermark = max(self.high_watermark, new_start)
+        self._delete_segments(
+            [s for s, nxt in zip(self._segments, self._base_offsets[1:], strict=False) if nxt <= new_start])
         self._after_log_start_moved()
 
     def delete_old_segments(self) -> int:

@@ -42,6 +42,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 if info is not None:
                     entry["topic_id"] = info.topic_id
                 broker.topics.delete(name or "")
+                if broker.cluster is not None:
+                    await broker.topics.wait_deleted(name or "")
             except TopicError as e:
                 entry.update(error_code=e.error_code, error_message=e.message)
         results.append(entry)

@@ -41,8 +41,9 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 
 
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
-              version: int) -> tuple[list[dict[str, Any]], int, bool]:
+              version: int, replica_id: int = -1) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (response topics, bytes found, any error)."""
+    replicas = broker.replicas  # None on a single broker: it leads every partition
     remaining = max_bytes
     total = 0
     errors = False
@@ -60,10 +61,23 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                 "preferred_read_replica": -1,
                 "records": b"",
             }
-            plog = broker.log_manager.get_log(name, p.partition) if name is not None else None
+            max_offset = None  # consumers read below the high watermark
+            if name is None:
+                plog = None
+                entry["error_code"] = UNKNOWN_TOPIC_ID if version >= TOPIC_ID_VERSION else UNKNOWN_TOPIC_OR_PARTITION
+            elif replicas is None:
+                plog = broker.log_manager.get_log(name, p.partition)
+                if plog is None:
+                    entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                part, entry["error_code"] = replicas.leader_partition(
+                    name, p.partition, getattr(p, "current_leader_epoch", -1))
+                plog = part.log if part is not None else None
+                if part is not None and replica_id >= 0 and p.fetch_offset <= part.log.log_end_offset:
+                    # A follower: its fetch offset is its log end; it copies up to ours.
+                    replicas.follower_fetched(part, replica_id, p.fetch_offset)
+                    max_offset = part.log.log_end_offset
             if plog is None:
-                entry["error_code"] = UNKNOWN_TOPIC_ID if name is None and version >= TOPIC_ID_VERSION \
-                    else UNKNOWN_TOPIC_OR_PARTITION
                 errors = True
             else:
                 entry["high_watermark"] = plog.high_watermark
@@ -72,8 +86,8 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                 limit = min(p.partition_max_bytes, remaining)
                 try:
                     # KIP-74: the first partition with data returns at least one whole batch.
-                    data = plog.read(p.fetch_offset, max(limit, 0), min_one_batch=total == 0) if limit > 0 or total == 0 \
-                        else b""
+                    data = plog.read(p.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=total == 0) \
+                        if limit > 0 or total == 0 else b""
                 except OffsetOutOfRange:
                     entry["error_code"] = OFFSET_OUT_OF_RANGE
                     errors = True
@@ -92,15 +106,24 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     version = ctx.api_version
     topics = _resolve_topics(broker, request, version)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    responses, total, errors = _read_all(broker, topics, max_bytes, version)
+    replica_id = _replica_id(request)
+    responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
     if total >= request.min_bytes or errors or not keys or request.max_wait.total_seconds() <= 0:
         return _result(broker, topics, responses)
-    return _long_poll(broker, request, topics, keys, max_bytes, version)
+    return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id)
+
+
+def _replica_id(request: Any) -> int:
+    """The fetching follower's broker id (v15+ carries it in replica_state); -1 for consumers."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
 
 
 async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                     keys: list[tuple[str, int]], max_bytes: int, version: int) -> dict[str, Any]:
+                     keys: list[tuple[str, int]], max_bytes: int, version: int, replica_id: int) -> dict[str, Any]:
     """Wait for produces to the partitions (purgatory) until min_bytes are there or max_wait ends.
 
     Each pass reads and then registers with the purgatory in one step (no await between them), so a
@@ -110,7 +133,7 @@ async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        responses, total, errors = _read_all(broker, topics, max_bytes, version)
+        responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0:
             return _result(broker, topics, responses)

@@ -12,7 +12,6 @@ API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 10
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -43,13 +42,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            plog = broker.log_manager.get_log(t.name, p.partition_index)
+            plog, error, epoch = broker.leader_log(t.name, p.partition_index,
+                                                   getattr(p, "current_leader_epoch", -1))
             if plog is None:
-                parts.append({"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                parts.append({"partition_index": p.partition_index, "error_code": error,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             ts, offset = lookup(plog, p.timestamp)
             parts.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
-                          "offset": offset, "leader_epoch": 0})
+                          "offset": offset, "leader_epoch": epoch})
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -21,6 +21,8 @@ UNKNOWN_TOPIC_ID = 100
 
 
 def topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
+    if broker.cluster is not None:
+        return _cluster_topic_entry(broker, topic)
     node = broker.node.broker_id
     return {
         "error_code": 0,
@@ -41,6 +43,43 @@ def topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
         ],
         "topic_authorized_operations": -2147483648,
     }
+
+
+def _cluster_topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
+    """Leaders, replicas and ISR as ZooKeeper has them; a partition without a live leader answers
+    LEADER_NOT_AVAILABLE, its dead replicas listed as offline."""
+    assert broker.cluster is not None
+    store = broker.cluster.store
+    assignment = store.assignments.get(topic.name)
+    live = store.brokers
+    partitions = []
+    for p in range(topic.partitions):
+        replicas = assignment.replicas.get(p, []) if assignment is not None else []
+        state = store.state(topic.name, p)
+        leader = state.leader if state is not None and state.leader in live else -1
+        partitions.append({
+            "error_code": 0 if leader >= 0 else LEADER_NOT_AVAILABLE,
+            "partition_index": p,
+            "leader_id": leader,
+            "leader_epoch": state.leader_epoch if state is not None else -1,
+            "replica_nodes": replicas,
+            "isr_nodes": list(state.isr) if state is not None else [],
+            "offline_replicas": [b for b in replicas if b not in live],
+        })
+    return {"error_code": 0, "name": topic.name, "topic_id": topic.topic_id, "is_internal": topic.internal,
+            "partitions": partitions, "topic_authorized_operations": -2147483648}
+
+
+def brokers_and_controller(broker: Broker) -> tuple[list[dict[str, Any]], int]:
+    """The live brokers as clients should reach them, and the controller's id."""
+    if broker.cluster is None:
+        node = broker.node
+        return [{"node_id": node.broker_id, "host": node.host, "port": node.port, "rack": node.rack}], node.broker_id
+    store = broker.cluster.store
+    out = []
+    for reg in sorted(store.brokers.values(), key=lambda r: r.broker_id):
+        out.append({"node_id": reg.broker_id, "host": reg.host, "port": reg.port, "rack": reg.rack})
+    return out, store.controller_id
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -78,12 +117,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 topics.append(topic_entry(broker, topic))
-    node = broker.node
+    brokers, controller = brokers_and_controller(broker)
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": node.broker_id, "host": node.host, "port": node.port, "rack": node.rack}],
+        "brokers": brokers,
         "cluster_id": md.cluster_id,
-        "controller_id": node.broker_id,
+        "controller_id": controller,
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     }

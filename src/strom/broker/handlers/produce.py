@@ -19,6 +19,7 @@ from strom.storage.producer_state import SequenceStatus
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.replication.partition import Partition
     from strom.storage.log import PartitionLog
 
 API_KEY = 0
@@ -33,6 +34,7 @@ INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
+NOT_ENOUGH_REPLICAS = 19
 INVALID_RECORD = 87
 
 _ERROR_BY_NAME = {"corrupt_message": CORRUPT_MESSAGE, "unsupported_for_message_format": UNSUPPORTED_FOR_MESSAGE_FORMAT}
@@ -81,7 +83,7 @@ def _refuse_keyless(broker: Broker, plog: PartitionLog, index: int, buf: bytearr
 
 
 def append_partition(broker: Broker, plog: PartitionLog, index: int,
-                     records: bytes | memoryview | None) -> dict[str, Any]:
+                     records: bytes | memoryview | None, leader_epoch: int = 0) -> dict[str, Any]:
     """Validate and append one partition's batches; returns the partition's response fields.
 
     ``records`` is a view of the request frame (wire.decode_request); when that frame was read in
@@ -121,16 +123,19 @@ def append_partition(broker: Broker, plog: PartitionLog, index: int,
         if check.status is SequenceStatus.INVALID_PRODUCER_EPOCH:
             return _result(index, INVALID_PRODUCER_EPOCH,
                            message=f"producer epoch {h.producer_epoch} is older than the current one")
-    info = plog.append(buf, headers, leader_epoch=0)
+    info = plog.append(buf, headers, leader_epoch=leader_epoch)
     broker.metrics.produced(plog.topic, len(buf), headers)
     broker.purgatory.notify((plog.topic, plog.partition))
     return _result(index, NONE, info.first_offset, info.log_start_offset, info.log_append_time)
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | None | Awaitable[dict[str, Any] | None]:
-    """Appends on the spot; returns an awaitable only when the ack must wait for an fsync."""
+    """Appends on the spot; returns an awaitable only when the ack must wait (an fsync, or in a
+    cluster with acks=all the ISR)."""
     acks = request.acks
+    replicas = broker.replicas  # None on a single broker: it leads every partition
     to_flush: list[PartitionLog] = []
+    waits: list[tuple[Partition, int, dict[str, Any]]] = []
     responses = []
     for topic in request.topic_data:
         parts = []
@@ -138,24 +143,56 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
             if acks not in (-1, 0, 1):
                 parts.append(_result(pd.index, INVALID_REQUIRED_ACKS))
                 continue
-            plog = broker.log_manager.get_log(topic.name, pd.index)
-            if plog is None:
-                parts.append(_result(pd.index, UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            result = append_partition(broker, plog, pd.index, pd.records)
-            if result["error_code"] == NONE and plog.needs_flush():
-                to_flush.append(plog)
+            epoch = 0
+            part = None
+            if replicas is None:
+                plog = broker.log_manager.get_log(topic.name, pd.index)
+                if plog is None:
+                    parts.append(_result(pd.index, UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+            else:
+                part, error = replicas.leader_partition(topic.name, pd.index)
+                if part is None:
+                    parts.append(_result(pd.index, error))
+                    continue
+                plog, epoch = part.log, part.leader_epoch
+                if acks == -1 and len(part.isr) < plog.config.min_insync_replicas:
+                    parts.append(_result(pd.index, NOT_ENOUGH_REPLICAS,
+                                         message=f"ISR {list(part.isr)} is smaller than min.insync.replicas="
+                                                 f"{plog.config.min_insync_replicas}"))
+                    continue
+            result = append_partition(broker, plog, pd.index, pd.records, epoch)
+            if result["error_code"] == NONE:
+                if plog.needs_flush():
+                    to_flush.append(plog)
+                if part is not None and acks == -1:
+                    waits.append((part, plog.log_end_offset, result))
             parts.append(result)
         responses.append({"name": topic.name, "partition_responses": parts})
-        broker.metrics.errors_in(API_KEY, parts)
     response = None if acks == 0 else {"responses": responses, "throttle_time": 0}
-    if to_flush:
-        return _flush_then(to_flush, response)
+    if to_flush or waits:
+        return _wait_then(broker, to_flush, waits, request.timeout.total_seconds(), response)
+    for t in responses:
+        broker.metrics.errors_in(API_KEY, t["partition_responses"])
     return response
 
 
-async def _flush_then(logs: list[PartitionLog], response: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Group commit: every partition of the request fsynced (in the thread pool), then the ack."""
+async def _wait_then(broker: Broker, logs: list[PartitionLog], waits: list[tuple[Partition, int, dict[str, Any]]],
+                     timeout_s: float, response: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Group commit (every partition of the request fsynced in the thread pool), then for acks=all
+    in a cluster the wait for the ISR (purgatory), then the ack."""
+    if logs:
+        await _flush(logs)
+    if waits:
+        assert broker.replicas is not None
+        await broker.replicas.wait_for_acks(waits, timeout_s,
+                                            {p.key: p.log.config.min_insync_replicas for p, _, _ in waits})
+    if response is not None:
+        for t in response["responses"]:
+            broker.metrics.errors_in(API_KEY, t["partition_responses"])
+    return response
+
+
+async def _flush(logs: list[PartitionLog]) -> None:
     loop = asyncio.get_running_loop()
     await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in logs))
-    return response

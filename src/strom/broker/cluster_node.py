@@ -1,0 +1,99 @@
+"""ClusterNode: what a broker started with ``zookeeper.connect`` adds to itself.
+
+It owns the ZooKeeper metadata store (the broker's ``metadata``), this broker's candidacy for
+controller, and the replica manager, and runs the steps of joining and leaving the cluster in order:
+connect and load the cache, take up the partitions assigned here, register (the controller then
+counts this broker live), and on SIGTERM a controlled shutdown: ask the cluster to move the
+leaderships away, wait for that (bounded), then deregister.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from strom.cluster.controller import Controller
+from strom.cluster.zk_layout import BrokerRegistration
+from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
+from strom.replication.replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+
+log = logging.getLogger("strom.cluster")
+
+
+class ClusterNode:
+    def __init__(self, broker: Broker) -> None:
+        cfg = broker.config
+        assert cfg.zookeeper_connect is not None
+        self.broker = broker
+        self.store = ZkMetadataStore(cfg.zookeeper_connect, cfg.zookeeper_session_timeout_ms,
+                                     cfg.zookeeper_connection_timeout_ms, cfg.broker_id)
+        self.controller: Controller | None = None
+        self.replicas: ReplicaManager | None = None
+
+    async def connect(self) -> None:
+        from strom.broker.config_admin import load_persisted
+        from strom.config import log_config_for
+
+        broker = self.broker
+        await self.store.run(self.store.connect, asyncio.get_running_loop())
+        await asyncio.sleep(0)  # the cache updates queued by the first watches are applied now
+        # Dynamic broker configs live in ZooKeeper (/config/brokers).
+        broker.config = load_persisted(broker.config, self.store)
+        broker.log_manager.default_config = log_config_for(broker.config, {})
+        self.store.listeners.append(self._on_event)
+        log.info("connected to ZooKeeper at %s (cluster id %s)", self.store.connect_string, self.store.cluster_id)
+
+    def take_up_partitions(self) -> None:
+        broker = self.broker
+        self.replicas = broker.replicas = ReplicaManager(broker, self.store)
+        self.replicas.start()
+        self.controller = Controller(self.store, broker.config.broker_id, self._unclean_allowed, broker.spawn)
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        info = self.store.get_topic(topic)
+        if info is None:
+            return False
+        return self.broker.topics.log_config(info).unclean_leader_election_enable
+
+    async def register(self, endpoints: list[tuple[str, str, int]]) -> None:
+        cfg = self.broker.config
+        name, host, port = next(((n, h, p) for n, h, p in endpoints if n == cfg.inter_broker_listener_name),
+                                endpoints[0])
+        protocols = dict(cfg.listener_security_protocol_map)
+        reg = BrokerRegistration(cfg.broker_id, host, port, cfg.broker_rack,
+                                 tuple(f"{n}://{h}:{p}" for n, h, p in endpoints),
+                                 {n: protocols.get(n, n) for n, _, _ in endpoints})
+        await self.store.run(self.store.register_broker, reg, cfg.zookeeper_session_timeout_ms / 1000 + 10)
+        log.info("registered broker %d in ZooKeeper as %s", cfg.broker_id, list(reg.endpoints))
+        assert self.controller is not None
+        if self.store.controller_id == -1:
+            await self.controller.elect()
+
+    def _on_event(self, event: ClusterEvent) -> None:
+        if event.kind == "session":
+            # A new session: our registration vanished with the old one. Register again; we come
+            # back as a follower (the controller moved our leaderships when we disappeared).
+            self.broker.spawn(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            await self.store.run(self.store.reregister)
+            log.info("registered again in ZooKeeper after the session expired")
+        except Exception as e:
+            log.error("could not register again in ZooKeeper: %s", e)
+
+    async def shutdown(self) -> None:
+        store = self.store
+        try:
+            await asyncio.wait_for(store.run(store.deregister), 5)
+        except Exception as e:
+            log.warning("could not deregister from ZooKeeper: %s", e)
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
+        await store.run(store.close)

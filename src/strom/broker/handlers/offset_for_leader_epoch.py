@@ -1,0 +1,40 @@
+"""OffsetForLeaderEpoch (23): where a leader epoch ends in this leader's log (KIP-101, KIP-279).
+
+Followers ask it after a leader change to find where their log diverges from the leader's, and
+consumers (KIP-320) to check their position after one. The answer is the largest epoch at or below
+the one asked for and the offset where it ends: the start of the next epoch, or the log end for
+the latest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 23
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            plog, error, _ = broker.leader_log(t.topic, p.partition, getattr(p, "current_leader_epoch", -1))
+            if plog is None:
+                parts.append({"error_code": error, "partition": p.partition, "leader_epoch": -1, "end_offset": -1})
+                continue
+            cache = plog.leader_epoch_cache
+            if not cache.entries and broker.replicas is None and p.leader_epoch >= 0:
+                # A single broker leads at epoch 0 from the start, written or not (a cluster leader
+                # enters its epoch in the cache when it takes over).
+                epoch, end = 0, plog.log_end_offset
+            else:
+                epoch, end = cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
+            parts.append({"error_code": 0, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
+        topics.append({"topic": t.topic, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

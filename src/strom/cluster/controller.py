@@ -1,0 +1,238 @@
+"""The controller: one broker, elected through the ephemeral /controller znode, keeps every
+partition's leader and ISR right as brokers come and go (Kafka's KafkaController, ZooKeeper mode).
+
+It is level-triggered: any change (a broker registered or gone, a topic or partitions added, a
+deletion requested) schedules one pass over the whole cluster that
+- creates the state of new partitions (leader: the first live replica in assignment order),
+- elects a new leader, from the ISR only unless unclean election is allowed, for a partition whose
+  leader is gone or restarted (its registration has a new czxid), bumping the leader epoch,
+- takes dead brokers out of ISRs, and hands an offline partition back to the first ISR member
+  that returns,
+- deletes the topics in /admin/delete_topics.
+Every write is a ZooKeeper transaction that checks /controller_epoch's version with a compare-and-set
+on the state's version, so a deposed controller cannot write anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from strom.cluster import zk_layout as zl
+from strom.cluster.zk_layout import PartitionState
+from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
+
+log = logging.getLogger("strom.controller")
+
+
+class Controller:
+    def __init__(self, store: ZkMetadataStore, broker_id: int, unclean_allowed: Callable[[str], bool],
+                 spawn: Callable[[Any], asyncio.Task[Any]]) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.unclean_allowed = unclean_allowed
+        self.spawn = spawn
+        self.active = False
+        self.epoch = -1
+        self._epoch_version = -1
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+        self._known_brokers: dict[int, int] = {}  # broker id -> registration czxid, as last handled
+        self.shutting_down: set[int] = set()  # brokers in a controlled shutdown: lead nothing
+        store.listeners.append(self._on_event)
+
+    # ---- election ---------------------------------------------------------------------------
+
+    def _on_event(self, event: ClusterEvent) -> None:
+        if event.kind in ("controller", "session"):
+            if self.store.controller_id == -1 or event.kind == "session":
+                self.spawn(self.elect())
+            elif self.store.controller_id != self.broker_id and self.active:
+                self._resign()
+            return
+        if self.active:
+            self._dirty.set()
+
+    async def elect(self) -> None:
+        """Try to become the controller: whoever creates /controller first wins."""
+        store = self.store
+        try:
+            await store.run(store.zk.create, zl.CONTROLLER, zl.encode_controller(self.broker_id), None, True)
+        except NodeExistsError:
+            return
+        except Exception as e:
+            log.warning("controller election failed: %s", e)
+            return
+        try:
+            self.epoch, self._epoch_version = await store.run(self._bump_epoch)
+        except Exception as e:
+            log.error("could not bump the controller epoch: %s", e)
+            return
+        log.info("broker %d is the controller (controller epoch %d)", self.broker_id, self.epoch)
+        self.active = True
+        self._known_brokers = {}
+        self._dirty.set()
+        if self._task is None or self._task.done():
+            self._task = self.spawn(self._run())
+
+    def _bump_epoch(self) -> tuple[int, int]:
+        zk = self.store.zk
+        while True:
+            try:
+                data, stat = zk.get(zl.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    zk.create(zl.CONTROLLER_EPOCH, zl.encode_epoch(1))
+                    _, stat = zk.get(zl.CONTROLLER_EPOCH)
+                    return 1, stat.version
+                except NodeExistsError:
+                    continue
+            epoch = zl.decode_epoch(data) + 1
+            try:
+                new = zk.set(zl.CONTROLLER_EPOCH, zl.encode_epoch(epoch), version=stat.version)
+                return epoch, new.version
+            except BadVersionError:
+                continue
+
+    def _resign(self) -> None:
+        log.info("broker %d is no longer the controller", self.broker_id)
+        self.active = False
+
+    async def stop(self) -> None:
+        self.active = False
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    # ---- the reconciling pass ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while self.active:
+            await self._dirty.wait()
+            self._dirty.clear()
+            if not self.active:
+                break
+            try:
+                await self.reconcile()
+            except _Fenced:
+                log.warning("controller epoch %d was superseded; resigning", self.epoch)
+                self._resign()
+            except Exception:
+                log.exception("controller pass failed; retrying")
+                await asyncio.sleep(0.5)
+                self._dirty.set()
+
+    async def reconcile(self) -> None:
+        store = self.store
+        live = {b: r.epoch for b, r in store.brokers.items()}
+        bounced = {b for b, e in live.items() if b in self._known_brokers and self._known_brokers[b] != e}
+        # A bounced broker is handled as failed (leaders moved away, out of ISRs) and then as new.
+        usable = set(live) - bounced - self.shutting_down
+        deletes = await store.run(self._pending_deletes)
+        for name in deletes:
+            await store.run(self._delete_topic, name)
+        for name, assignment in list(store.assignments.items()):
+            if name in deletes:
+                continue
+            for p, replicas in sorted(assignment.replicas.items()):
+                current = store.state(name, p)
+                new = self._next_state(name, replicas, current, usable, set(live) - bounced)
+                if new is not None:
+                    await store.run(self._write_state, name, p, current, new)
+        self._known_brokers = live
+        if bounced:
+            self._dirty.set()  # a second pass lets the bounced brokers back in as new ones
+
+    def _next_state(self, topic: str, replicas: list[int], current: PartitionState | None,
+                    usable: set[int], alive: set[int]) -> PartitionState | None:
+        """The state this partition should move to, or None when it is right as it is."""
+        if current is None:
+            live_replicas = [b for b in replicas if b in usable]
+            if not live_replicas:
+                return None  # made when one of its replicas registers
+            return PartitionState(live_replicas[0], 0, tuple(live_replicas), self.epoch)
+        leader_ok = current.leader in usable and current.leader in replicas
+        isr = tuple(b for b in current.isr if b in alive and b in replicas)
+        if leader_ok:
+            if isr == current.isr or current.leader not in isr:
+                return None
+            return PartitionState(current.leader, current.leader_epoch, isr, self.epoch, current.zk_version)
+        # Elect: the first replica in assignment order that is live and in the ISR.
+        candidates = [b for b in replicas if b in usable and b in current.isr]
+        if candidates:
+            leader = candidates[0]
+            new_isr = tuple(b for b in isr if b in usable or b == leader) or (leader,)
+            return PartitionState(leader, current.leader_epoch + 1, new_isr, self.epoch, current.zk_version)
+        live_replicas = [b for b in replicas if b in usable]
+        if live_replicas and self.unclean_allowed(topic):
+            leader = live_replicas[0]
+            log.warning("%s: unclean leader election of broker %d (the ISR %s is gone): data may be lost",
+                        topic, leader, list(current.isr))
+            return PartitionState(leader, current.leader_epoch + 1, (leader,), self.epoch, current.zk_version)
+        if current.leader == zl.NO_LEADER:
+            return None  # offline already
+        # Offline: no leader, and the ISR keeps its last member, who alone may lead it again.
+        keep = current.isr if current.isr else (current.leader,)
+        last = tuple(b for b in keep if b in replicas)[-1:] or keep[-1:]
+        log.warning("%s: no in-sync replica is alive (ISR %s); the partition is offline", topic, list(current.isr))
+        return PartitionState(zl.NO_LEADER, current.leader_epoch + 1, last, self.epoch, current.zk_version)
+
+    def _write_state(self, topic: str, partition: int, current: PartitionState | None, new: PartitionState) -> None:
+        """Blocking: one transaction, fenced by the controller epoch's znode version."""
+        zk = self.store.zk
+        if current is None:
+            zk.ensure_path(zl.partition_path(topic, partition))  # holds nothing: no need to fence it
+        txn = zk.transaction()
+        txn.check(zl.CONTROLLER_EPOCH, self._epoch_version)
+        if current is None:
+            txn.create(zl.state_path(topic, partition), zl.encode_state(new))
+        else:
+            txn.set_data(zl.state_path(topic, partition), zl.encode_state(new), version=current.zk_version)
+        results = txn.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            if current is None or current.leader != new.leader:
+                log.info("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader, new.leader_epoch,
+                         list(new.isr))
+            return
+        if isinstance(results[0], BadVersionError):
+            raise _Fenced()
+        # The state changed under us (a leader's ISR update, or made by a pass before): the watch
+        # brings the new state, and with it another pass.
+        log.debug("%s-%d: state write refused (%s); will look again", topic, partition, results[1])
+    # ---- topic deletion ---------------------------------------------------------------------
+
+    def _pending_deletes(self) -> list[str]:
+        try:
+            return list(self.store.zk.get_children(zl.DELETE_TOPICS))
+        except NoNodeError:
+            return []
+
+    def _delete_topic(self, name: str) -> None:
+        """Blocking: remove the topic's nodes (brokers see it vanish and delete their logs), then the
+        request. The topic node goes first: the topic ceases to exist in one step."""
+        zk = self.store.zk
+        if zk.exists(zl.CONTROLLER_EPOCH) is None:
+            return
+        _, stat = zk.get(zl.CONTROLLER_EPOCH)
+        if stat.version != self._epoch_version:
+            raise _Fenced()
+        if zk.exists(zl.topic_path(name)):
+            zk.delete(zl.topic_path(name), recursive=True)
+        if zk.exists(zl.topic_config_path(name)):
+            zk.delete(zl.topic_config_path(name))
+        with contextlib.suppress(NoNodeError):
+            zk.delete(zl.delete_topic_path(name))
+        log.info("deleted topic %s", name)
+
+    def request_reconcile(self) -> None:
+        if self.active:
+            self._dirty.set()
+
+
+class _Fenced(Exception):
+    """Another controller has a newer epoch."""

@@ -1,0 +1,461 @@
+"""ZkMetadataStore: cluster metadata in ZooKeeper (kazoo), with a cache kept current by watches.
+
+ZooKeeper is the source of truth. Every broker watches the broker registrations, the topics, their
+partition states and configs, and the controller; the watches' callbacks run on kazoo's thread and
+hand each change to the event loop, where the cache is updated and listeners (the replica manager,
+the controller, the topic manager) are told. Only the loop reads or writes the cache.
+
+Writes are made from the loop with short synchronous calls (an admin operation, about a millisecond
+on a local ZooKeeper) or from a thread (``run``); every update of a partition state is a
+compare-and-set on the znode version, so a stale writer can never overwrite newer state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
+
+from strom.cluster import zk_layout as zl
+from strom.cluster.metadata import TopicInfo, _new_cluster_id
+from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAssignment
+
+log = logging.getLogger("strom.cluster")
+
+T = TypeVar("T")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """What changed: "brokers", "controller", "topic" (assignment), "state", "topic_config",
+    "broker_config", "delete_topics" (a deletion was requested), "session" (a new ZooKeeper
+    session: ephemeral nodes are gone)."""
+
+    kind: str
+    topic: str | None = None
+    partition: int | None = None
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """"h1:p1,h2:p2/chroot" -> ("h1:p1,h2:p2", "/chroot") (chroot "" when none)."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+class ZkMetadataStore:
+    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int, broker_id: int) -> None:
+        self.connect_string = connect
+        self.broker_id = broker_id
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms
+        hosts, self.chroot = split_connect(connect)
+        self._hosts = hosts
+        self.zk = KazooClient(hosts=hosts + self.chroot, timeout=session_timeout_ms / 1000,
+                              connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+                              command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
+        self.cluster_id = ""
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self._broker_configs: dict[str, dict[str, str]] = {}
+        self.controller_id = -1
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.listeners: list[Callable[[ClusterEvent], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched_topics: set[str] = set()
+        self._watched_states: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()  # guards the two "watched" sets, touched from kazoo's thread too
+        self._registration: BrokerRegistration | None = None
+        self._lost = False
+        self._pid_next = 0
+        self._pid_end = -1
+
+    # ---- connecting --------------------------------------------------------------------------
+
+    def connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Blocking (run it in a thread): connect, create the base paths and the cluster id, and
+        start the watches. Raises ZooKeeperUnavailable with a one-line reason."""
+        self._loop = loop
+        timeout = self.connection_timeout_ms / 1000
+        if self.chroot:
+            self._ensure_chroot(timeout)
+        try:
+            self.zk.start(timeout=timeout)
+        except Exception as e:
+            self.zk.close()
+            raise ZooKeeperUnavailable(f"could not reach ZooKeeper at {self.connect_string} within "
+                                       f"{self.connection_timeout_ms} ms ({e})") from None
+        self.zk.add_listener(self._on_state)
+        for path in zl.PERSISTENT_PATHS:
+            self.zk.ensure_path(path)
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zl.CLUSTER_ID, zl.encode_cluster_id(_new_cluster_id()))
+        self.cluster_id = zl.decode_cluster_id(self.zk.get(zl.CLUSTER_ID)[0])
+        self.zk.ChildrenWatch(zl.BROKER_IDS, self._brokers_changed)
+        self.zk.ChildrenWatch(zl.TOPICS, self._topics_changed)
+        self.zk.DataWatch(zl.CONTROLLER, self._controller_changed)
+        self.zk.ChildrenWatch(zl.DELETE_TOPICS, self._deletes_requested)
+        for name in ("", str(self.broker_id)):
+            self.zk.DataWatch(zl.broker_config_path(name), self._broker_config_watch(name))
+
+    def _ensure_chroot(self, timeout: float) -> None:
+        """Kafka creates its chroot path when missing; so do we, through a client without it."""
+        boot = KazooClient(hosts=self._hosts, timeout=self.session_timeout_ms / 1000)
+        try:
+            boot.start(timeout=timeout)
+            boot.ensure_path(self.chroot)
+        except Exception as e:
+            raise ZooKeeperUnavailable(f"could not reach ZooKeeper at {self.connect_string} within "
+                                       f"{self.connection_timeout_ms} ms ({e})") from None
+        finally:
+            boot.stop()
+            boot.close()
+
+    def close(self) -> None:
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception:  # already closed or never started
+            pass
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's thread: a lost session means our ephemeral nodes are gone; on the next connect
+        the broker registers again and the controller election runs again."""
+        if state == KazooState.LOST:
+            self._lost = True
+            log.warning("ZooKeeper session expired")
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            self._post(ClusterEvent("session"))
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.zk.connected)
+
+    def session_id(self) -> int:
+        cid = self.zk.client_id
+        return int(cid[0]) if cid else 0
+
+    # ---- the loop side ------------------------------------------------------------------------
+
+    def _post(self, event: ClusterEvent, update: Callable[[], None] | None = None) -> None:
+        """From kazoo's thread: apply ``update`` to the cache on the loop, then tell the listeners."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def deliver() -> None:
+            if update is not None:
+                update()
+            for listener in list(self.listeners):
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("cluster listener failed on %s", event)
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the broker is stopping
+            loop.call_soon_threadsafe(deliver)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking ZooKeeper call in a thread."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    # ---- watches (kazoo's thread) ------------------------------------------------------------
+
+    def _brokers_changed(self, children: list[str]) -> None:
+        regs: dict[int, BrokerRegistration] = {}
+        for child in children:
+            try:
+                data, stat = self.zk.get(f"{zl.BROKER_IDS}/{child}")
+            except NoNodeError:
+                continue
+            regs[int(child)] = zl.decode_broker(int(child), data, stat.czxid)
+
+        def update() -> None:
+            self.brokers = regs
+
+        self._post(ClusterEvent("brokers"), update)
+
+    def _deletes_requested(self, children: list[str]) -> None:
+        if children:
+            self._post(ClusterEvent("delete_topics"))
+
+    def _controller_changed(self, data: bytes | None, stat: Any) -> None:
+        cid = zl.decode_controller(data) if data else -1
+
+        def update() -> None:
+            self.controller_id = cid
+
+        self._post(ClusterEvent("controller"), update)
+
+    def _topics_changed(self, children: list[str]) -> bool:
+        names = set(children)
+        with self._lock:
+            new = names - self._watched_topics
+            gone = self._watched_topics - names
+            self._watched_topics = set(names)
+        for name in sorted(new):
+            self.zk.DataWatch(zl.topic_path(name), self._topic_watch(name))
+            self.zk.DataWatch(zl.topic_config_path(name), self._topic_config_watch(name))
+        for name in gone:
+            def drop(name: str = name) -> None:
+                self._forget_topic(name)
+
+            self._post(ClusterEvent("topic", name), drop)
+        return True
+
+    def _topic_watch(self, name: str) -> Callable[[bytes | None, Any], bool]:
+        def watch(data: bytes | None, stat: Any) -> bool:
+            with self._lock:
+                if name not in self._watched_topics:
+                    return False
+            if data is None:
+                return True  # deleted: the children watch drops it
+            assignment = zl.decode_topic(name, data)
+            new_states = []
+            with self._lock:
+                for p in assignment.replicas:
+                    if (name, p) not in self._watched_states:
+                        self._watched_states.add((name, p))
+                        new_states.append(p)
+
+            def update() -> None:
+                self.assignments[name] = assignment
+                self._refresh_topic(name)
+
+            self._post(ClusterEvent("topic", name), update)
+            for p in new_states:
+                self.zk.DataWatch(zl.state_path(name, p), self._state_watch(name, p, assignment.topic_id))
+            return True
+
+        return watch
+
+    def _state_watch(self, name: str, partition: int, topic_id: uuid.UUID) -> Callable[[bytes | None, Any], bool]:
+        def watch(data: bytes | None, stat: Any) -> bool:
+            with self._lock:
+                if (name, partition) not in self._watched_states:
+                    return False
+            state = zl.decode_state(data, stat.version) if data else None
+
+            def update() -> None:
+                current = self.assignments.get(name)
+                if current is None or current.topic_id != topic_id:
+                    return
+                if state is None:
+                    self.states.pop((name, partition), None)
+                else:
+                    self.states[(name, partition)] = state
+
+            self._post(ClusterEvent("state", name, partition), update)
+            return True
+
+        return watch
+
+    def _topic_config_watch(self, name: str) -> Callable[[bytes | None, Any], bool]:
+        def watch(data: bytes | None, stat: Any) -> bool:
+            with self._lock:
+                if name not in self._watched_topics:
+                    return False
+            configs = zl.decode_config(data) if data else {}
+
+            def update() -> None:
+                self.topic_configs[name] = configs
+                self._refresh_topic(name)
+
+            self._post(ClusterEvent("topic_config", name), update)
+            return True
+
+        return watch
+
+    def _broker_config_watch(self, resource: str) -> Callable[[bytes | None, Any], None]:
+        def watch(data: bytes | None, stat: Any) -> None:
+            configs = zl.decode_config(data) if data else {}
+
+            def update() -> None:
+                if configs:
+                    self._broker_configs[resource] = configs
+                else:
+                    self._broker_configs.pop(resource, None)
+
+            self._post(ClusterEvent("broker_config", resource), update)
+
+        return watch
+
+    # ---- the cache (loop) ----------------------------------------------------------------------
+
+    def _refresh_topic(self, name: str) -> None:
+        a = self.assignments.get(name)
+        if a is None:
+            return
+        old = self._topics.get(name)
+        if old is not None and old.topic_id != a.topic_id:
+            self._by_id.pop(old.topic_id, None)
+        info = TopicInfo(name, a.topic_id, len(a.replicas), dict(self.topic_configs.get(name, {})),
+                         name in INTERNAL_TOPICS)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+
+    def _forget_topic(self, name: str) -> None:
+        info = self._topics.pop(name, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+        a = self.assignments.pop(name, None)
+        self.topic_configs.pop(name, None)
+        with self._lock:
+            for p in (a.replicas if a else ()):
+                self._watched_states.discard((name, p))
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+
+    def live_brokers(self) -> dict[int, str | None]:
+        return {b: r.rack for b, r in self.brokers.items()}
+
+    def state(self, topic: str, partition: int) -> PartitionState | None:
+        return self.states.get((topic, partition))
+
+    # ---- MetadataStore ---------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def create_topic_assignment(self, name: str, topic_id: uuid.UUID, replicas: dict[int, list[int]],
+                                configs: dict[str, str]) -> None:
+        """Blocking: the config node first, then the topic node (what the controller watches)."""
+        data = zl.encode_config(dict(configs))
+        try:
+            self.zk.create(zl.topic_config_path(name), data, makepath=True)
+        except NodeExistsError:
+            self.zk.set(zl.topic_config_path(name), data)
+        self.zk.create(zl.topic_path(name), zl.encode_topic(TopicAssignment(name, topic_id, replicas, {}, {})))
+
+    def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> None:
+        """Blocking: extend the topic's assignment (compare-and-set on the topic node)."""
+        data, stat = self.zk.get(zl.topic_path(name))
+        current = zl.decode_topic(name, data)
+        merged = {**current.replicas, **replicas}
+        self.zk.set(zl.topic_path(name), zl.encode_topic(TopicAssignment(
+            name, current.topic_id, merged, current.adding, current.removing)), version=stat.version)
+
+    def request_delete(self, name: str) -> None:
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zl.delete_topic_path(name), b"", makepath=True)
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.zk.set(zl.topic_config_path(name), zl.encode_config(dict(configs)))
+        self.topic_configs[name] = dict(configs)  # at once for this broker; the watch tells the others
+        self._refresh_topic(name)
+
+    def broker_configs(self, resource_name: str) -> dict[str, str]:
+        return dict(self._broker_configs.get(resource_name, {}))
+
+    def set_broker_configs(self, resource_name: str, configs: dict[str, str]) -> None:
+        path = zl.broker_config_path(resource_name)
+        data = zl.encode_config(dict(configs))
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+        if configs:
+            self._broker_configs[resource_name] = dict(configs)
+        else:
+            self._broker_configs.pop(resource_name, None)
+
+    def allocate_producer_id(self) -> int:
+        """Producer ids come in blocks of 1000 taken from /latest_producer_id_block by
+        compare-and-set, so no two brokers ever hand out the same id."""
+        if self._pid_next > self._pid_end:
+            self._pid_next, self._pid_end = self._take_producer_id_block()
+        pid = self._pid_next
+        self._pid_next += 1
+        return pid
+
+    def _take_producer_id_block(self) -> tuple[int, int]:
+        while True:
+            try:
+                data, stat = self.zk.get(zl.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(zl.PRODUCER_ID_BLOCK, b"")
+                continue
+            start = zl.decode_producer_id_block_end(data) + 1
+            end = start + zl.PRODUCER_ID_BLOCK_SIZE - 1
+            try:
+                self.zk.set(zl.PRODUCER_ID_BLOCK, zl.encode_producer_id_block(self.broker_id, start, end),
+                            version=stat.version)
+                return start, end
+            except BadVersionError:
+                continue  # another broker took a block meanwhile
+
+    # ---- registration -----------------------------------------------------------------------
+
+    def register_broker(self, reg: BrokerRegistration, wait_s: float) -> None:
+        """Blocking: the ephemeral /brokers/ids/<id>. A node left by this broker's previous life
+        (killed, its session not expired yet) is waited out, as Kafka does; another live broker
+        with the same id is an error."""
+        self._registration = reg
+        path = zl.broker_path(reg.broker_id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.zk.create(path, zl.encode_broker(reg), ephemeral=True)
+                return
+            except NodeExistsError:
+                try:
+                    _, stat = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.session_id():
+                    return
+                if time.monotonic() > deadline:
+                    raise ZooKeeperUnavailable(
+                        f"broker.id {reg.broker_id} is registered in ZooKeeper by another live broker") from None
+                time.sleep(0.2)
+
+    def reregister(self) -> None:
+        if self._registration is not None:
+            self.register_broker(self._registration, self.session_timeout_ms / 1000 + 5)
+
+    def deregister(self) -> None:
+        """Blocking: remove our registration (a clean stop; the controller moves leaders at once)."""
+        if self._registration is None:
+            return
+        try:
+            _, stat = self.zk.get(zl.broker_path(self.broker_id))
+            if stat.ephemeralOwner == self.session_id():
+                self.zk.delete(zl.broker_path(self.broker_id))
+        except NoNodeError:
+            pass
+
+    # ---- partition state writes ----------------------------------------------------------------
+
+    def update_isr(self, topic: str, partition: int, new: PartitionState) -> PartitionState | None:
+        """Blocking, for a leader changing its ISR: compare-and-set on the version it knows. Returns
+        the state as written (with its new version), or None when someone else changed it first."""
+        try:
+            stat = self.zk.set(zl.state_path(topic, partition), zl.encode_state(new), version=new.zk_version)
+        except (BadVersionError, NoNodeError):
+            return None
+        return PartitionState(new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version)

@@ -1,0 +1,246 @@
+"""ReplicaFetcher: one task per leader broker copying that leader's partitions (Kafka's
+ReplicaFetcherThread).
+
+Before fetching a partition after a leader change, the follower finds where its log and the
+leader's diverge (KIP-101/KIP-279): it sends OffsetForLeaderEpoch with its latest epoch, and the
+leader answers with the largest epoch it has at or below that one and where that epoch ends. The
+follower cuts its log there (or where its own copy of that epoch ends, if sooner) and asks again
+when the leader's epoch was not one it knows. Then it fetches from its log end with its replica id:
+the batches arrive with offsets and epochs assigned and are written as they are (no per-record
+work); the leader's high watermark comes back with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.fetch.v11 import request as fetch_req
+from kio.schema.offset_for_leader_epoch.v3 import request as ofle_req
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from strom.cluster.client import BrokerConnection
+from strom.protocol.errors import ErrorCode as E
+from strom.records.batch import InvalidRecordBatch, iter_batches, whole_batches_end
+from strom.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+
+if TYPE_CHECKING:
+    from strom.replication.partition import Partition
+    from strom.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger("strom.replication")
+
+FETCH_VERSION = 11
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+_RETRY_LATER = {E.not_leader_or_follower, E.fenced_leader_epoch, E.unknown_leader_epoch,
+                E.unknown_topic_or_partition, E.kafka_storage_error}
+
+
+@dataclass
+class _Fetching:
+    part: Partition
+    epoch: int
+    truncated: bool = False  # the divergence check after the leader change is done
+    delayed_until: float = 0.0
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], _Fetching] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+        cfg = manager.broker.config
+        self.backoff_s = max(cfg.replica_fetch_backoff_ms, 10) / 1000
+        self.max_wait_ms = cfg.replica_fetch_wait_max_ms
+        self.socket_timeout_s = cfg.replica_socket_timeout_ms / 1000
+
+    def start(self) -> None:
+        self._task = self.manager.broker.spawn(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def add(self, part: Partition) -> None:
+        self.partitions[part.key] = _Fetching(part, part.leader_epoch)
+        self._changed.set()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        conn: BrokerConnection | None = None
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                if conn is None:
+                    conn = self._connection()
+                    await conn.connect()
+                if any(not f.truncated for f in self.partitions.values()):
+                    await self._truncate(conn)
+                if not await self._fetch(conn):
+                    await asyncio.sleep(min(self.backoff_s, 0.1))
+            except asyncio.CancelledError:
+                if conn is not None:
+                    conn.close()
+                raise
+            except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, ConnectionError, LookupError) as e:
+                log.debug("fetching from broker %d: %s", self.leader_id, e)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                await asyncio.sleep(self.backoff_s)
+            except Exception:
+                log.exception("replica fetcher for broker %d failed; retrying", self.leader_id)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                await asyncio.sleep(self.backoff_s)
+
+    def _connection(self) -> BrokerConnection:
+        manager = self.manager
+        reg = manager.store.brokers.get(self.leader_id)
+        if reg is None:
+            raise LookupError(f"broker {self.leader_id} is not registered")
+        listener = manager.broker.config.inter_broker_listener_name or ""
+        endpoint = reg.endpoint(listener) or (reg.host, reg.port)
+        return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}", self.socket_timeout_s)
+
+    # ---- divergence (OffsetForLeaderEpoch) -------------------------------------------------------
+
+    async def _truncate(self, conn: BrokerConnection) -> None:
+        todo = [f for f in self.partitions.values() if not f.truncated]
+        by_topic: dict[str, list[_Fetching]] = {}
+        for f in todo:
+            by_topic.setdefault(f.part.topic, []).append(f)
+        body = ofle_req.OffsetForLeaderEpochRequest(
+            replica_id=BrokerId(self.manager.broker_id),
+            topics=tuple(ofle_req.OffsetForLeaderTopic(
+                topic=TopicName(t),
+                partitions=tuple(ofle_req.OffsetForLeaderPartition(
+                    partition=i32(f.part.partition), current_leader_epoch=i32(f.epoch),
+                    leader_epoch=i32(f.part.log.leader_epoch_cache.latest_epoch)) for f in fs))
+                for t, fs in by_topic.items()))
+        response = await conn.request(23, OFFSET_FOR_LEADER_EPOCH_VERSION, body)
+        for topic in response.topics:
+            for r in topic.partitions:
+                fetching = self.partitions.get((topic.topic, r.partition))
+                if fetching is None or fetching.truncated:
+                    continue
+                f = fetching
+                if r.error_code != E.none:
+                    f.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
+                    continue
+                f.truncated = self._apply_divergence(f.part, r.leader_epoch, r.end_offset)
+
+    def _apply_divergence(self, part: Partition, leader_epoch: int, end_offset: int) -> bool:
+        """Kafka's getOffsetTruncationState; True once the log agrees with the leader's."""
+        plog = part.log
+        end = plog.log_end_offset
+        if end_offset == UNDEFINED_EPOCH_OFFSET or leader_epoch == UNDEFINED_EPOCH:
+            target, done = min(plog.high_watermark, end), True
+        else:
+            mine_epoch, mine_end = plog.leader_epoch_cache.end_offset_for(leader_epoch, end)
+            if mine_epoch == UNDEFINED_EPOCH:
+                target, done = min(end_offset, end), True
+            elif mine_epoch != leader_epoch:
+                target, done = min(mine_end, end), False  # ask again with an older epoch
+            else:
+                target, done = min(end_offset, mine_end, end), True
+        if target < end:
+            log.info("%s-%d: truncating from %d to %d to match leader %d", part.topic, part.partition, end, target,
+                     self.leader_id)
+            plog.truncate_to(target)
+        return done
+
+    # ---- fetching --------------------------------------------------------------------------------
+
+    async def _fetch(self, conn: BrokerConnection) -> bool:
+        """One Fetch; False when there was nothing to ask for."""
+        now = asyncio.get_running_loop().time()
+        ready = [f for f in self.partitions.values() if f.truncated and f.delayed_until <= now]
+        if not ready:
+            return False
+        cfg = self.manager.broker.config
+        by_topic: dict[str, list[_Fetching]] = {}
+        for f in ready:
+            by_topic.setdefault(f.part.topic, []).append(f)
+        body = fetch_req.FetchRequest(
+            replica_id=BrokerId(self.manager.broker_id),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.max_wait_ms)),
+            min_bytes=i32(cfg.replica_fetch_min_bytes),
+            max_bytes=i32(cfg.replica_fetch_response_max_bytes),
+            isolation_level=i8(0),
+            session_id=i32(0), session_epoch=i32(-1),
+            topics=tuple(fetch_req.FetchTopic(
+                topic=TopicName(t),
+                partitions=tuple(fetch_req.FetchPartition(
+                    partition=i32(f.part.partition), current_leader_epoch=i32(f.epoch),
+                    fetch_offset=i64(f.part.log.log_end_offset), log_start_offset=i64(f.part.log.log_start_offset),
+                    partition_max_bytes=i32(cfg.replica_fetch_max_bytes)) for f in fs))
+                for t, fs in by_topic.items()),
+            forgotten_topics_data=(), rack_id="")
+        response = await conn.request(1, FETCH_VERSION, body, self.socket_timeout_s + self.max_wait_ms / 1000)
+        to_flush = []
+        for topic in response.responses:
+            for r in topic.partitions:
+                fetching = self.partitions.get((topic.topic, r.partition_index))
+                if fetching is None or fetching.epoch != fetching.part.leader_epoch:
+                    continue
+                f = fetching
+                if self._handle_partition(f, r) and f.part.log.needs_flush():
+                    to_flush.append(f.part.log)
+        if to_flush:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
+        return True
+
+    def _handle_partition(self, f: _Fetching, r: Any) -> bool:
+        """Apply one partition's fetch result; True when records were appended."""
+        part = f.part
+        plog = part.log
+        if r.error_code == E.offset_out_of_range:
+            if plog.log_end_offset < r.log_start_offset:
+                log.info("%s-%d: log ends at %d, before the leader's start %d: starting over there",
+                         part.topic, part.partition, plog.log_end_offset, r.log_start_offset)
+                plog.truncate_fully_and_start_at(r.log_start_offset)
+            else:
+                f.truncated = False  # ahead of the leader: find the divergence again
+            return False
+        if r.error_code != E.none:
+            if r.error_code not in _RETRY_LATER:
+                log.warning("%s-%d: fetch from leader %d failed with error %s", part.topic, part.partition,
+                            self.leader_id, r.error_code)
+            f.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
+            return False
+        appended = False
+        data = r.records
+        if data:
+            buf = bytearray(data)
+            try:
+                end = whole_batches_end(buf)
+                headers = iter_batches(memoryview(buf)[:end]) if end else []
+            except InvalidRecordBatch as e:
+                log.warning("%s-%d: bad batch from leader %d: %s", part.topic, part.partition, self.leader_id, e)
+                f.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
+                return False
+            if headers:
+                plog.append_as_follower(memoryview(buf)[:end], headers)
+                appended = True
+        if r.log_start_offset > plog.log_start_offset:
+            plog.advance_log_start_offset(min(r.log_start_offset, plog.log_end_offset))
+        plog.update_high_watermark(min(r.high_watermark, plog.log_end_offset))
+        return appended
+

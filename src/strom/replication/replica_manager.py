@@ -1,0 +1,279 @@
+"""ReplicaManager: which partitions this broker leads or follows, and what that means for
+produce, fetch and acks (Kafka's ReplicaManager, ZooKeeper mode).
+
+It acts on the partition states ZooKeeper holds (the store's watches bring every change): a state
+naming this broker leader makes it the leader at that epoch (the epoch enters the leader epoch
+cache at the log end); any other state makes it a follower of the named leader, fetching through
+one ReplicaFetcher per leader. Handlers ask it who leads; the produce path waits here for acks=all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from strom.cluster.zk_layout import PartitionState
+from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
+from strom.protocol.errors import ErrorCode as E
+from strom.replication.fetcher import ReplicaFetcher
+from strom.replication.partition import Partition
+
+if TYPE_CHECKING:
+    from strom.broker.server import Broker
+    from strom.storage.log import PartitionLog
+
+log = logging.getLogger("strom.replication")
+
+TopicPartition = tuple[str, int]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker, store: ZkMetadataStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.broker_id = broker.config.broker_id
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self._shrink_task: asyncio.Task[Any] | None = None
+        store.listeners.append(self._on_event)
+
+    # ---- life ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take up every partition the cache (already loaded) assigns to this broker."""
+        for topic, assignment in list(self.store.assignments.items()):
+            for p in assignment.replicas:
+                self._apply(topic, p)
+        self._shrink_task = self.broker.spawn(self._isr_shrink_loop())
+
+    async def stop(self) -> None:
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        if self._shrink_task is not None:
+            self._shrink_task.cancel()
+
+    # ---- state changes ---------------------------------------------------------------------------
+
+    def _on_event(self, event: ClusterEvent) -> None:
+        if event.kind == "state" and event.topic is not None and event.partition is not None:
+            self._apply(event.topic, event.partition)
+        elif event.kind == "topic" and event.topic is not None:
+            assignment = self.store.assignments.get(event.topic)
+            if assignment is None:
+                self._topic_gone(event.topic)
+            else:
+                for p in assignment.replicas:
+                    self._apply(event.topic, p)
+        elif event.kind == "topic_config" and event.topic is not None:
+            self.broker.config_admin.apply_topic(event.topic)
+
+    def _apply(self, topic: str, p: int) -> None:
+        store = self.store
+        assignment = store.assignments.get(topic)
+        state = store.state(topic, p)
+        if assignment is None or state is None:
+            return
+        replicas = assignment.replicas.get(p, [])
+        key = (topic, p)
+        part = self.partitions.get(key)
+        if self.broker_id not in replicas:
+            if part is not None:
+                self._stop_following(part)
+                del self.partitions[key]
+            return
+        if part is None:
+            plog = self._log_for(topic, p, assignment.topic_id)
+            part = Partition(topic, p, plog, list(replicas), PartitionState(-2, -1, (), -1), self.broker_id)
+            self.partitions[key] = part
+        part.replicas = list(replicas)
+        old = part.state
+        if state.leader == self.broker_id:
+            if old.leader != self.broker_id or old.leader_epoch != state.leader_epoch:
+                self._become_leader(part, state)
+            else:
+                part.state = state  # an ISR change at the same epoch
+                self._after_hw_inputs_changed(part)
+        else:
+            was = (old.leader, old.leader_epoch)
+            part.state = state
+            if was != (state.leader, state.leader_epoch):
+                self._become_follower(part, state)
+        self.broker.purgatory.notify(key)  # waiting acks and fetches look again
+
+    def _log_for(self, topic: str, p: int, topic_id: Any) -> PartitionLog:
+        lm = self.broker.log_manager
+        plog = lm.get_log(topic, p)
+        info = self.store.get_topic(topic)
+        if plog is None:
+            cfg = self.broker.topics.log_config(info) if info is not None else None
+            plog = lm.create_logs(topic, [p], topic_id, cfg)[0]
+            if info is not None:
+                plog.config = self.broker.topics.log_config(info)
+        if not plog.replicated:
+            plog.replicated = True
+            # The high watermark survives restarts in replication-offset-checkpoint, never past the log end.
+            hw = lm.high_watermark_checkpoints.get((topic, p), 0)
+            plog.high_watermark = max(min(hw, plog.log_end_offset), plog.log_start_offset)
+        return plog
+
+    def _become_leader(self, part: Partition, state: PartitionState) -> None:
+        self._stop_following(part)
+        part.become_leader(state, now_ms())
+        cache = part.log.leader_epoch_cache
+        if state.leader_epoch > cache.latest_epoch:
+            cache.assign(state.leader_epoch, part.log.log_end_offset)
+        log.info("%s-%d: leader at epoch %d (log end %d, hw %d, isr %s)", part.topic, part.partition,
+                 state.leader_epoch, part.log.log_end_offset, part.log.high_watermark, list(state.isr))
+        self._after_hw_inputs_changed(part)
+
+    def _become_follower(self, part: Partition, state: PartitionState) -> None:
+        self._stop_following(part)
+        part.followers = {}
+        if state.leader < 0:
+            log.info("%s-%d: offline (no leader) at epoch %d", part.topic, part.partition, state.leader_epoch)
+            return
+        fetcher = self.fetchers.get(state.leader)
+        if fetcher is None:
+            fetcher = self.fetchers[state.leader] = ReplicaFetcher(self, state.leader)
+            fetcher.start()
+        fetcher.add(part)
+        log.info("%s-%d: follower of %d at epoch %d", part.topic, part.partition, state.leader,
+                 state.leader_epoch)
+
+    def _stop_following(self, part: Partition) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(part.key)
+
+    def _topic_gone(self, topic: str) -> None:
+        doomed = [k for k in self.partitions if k[0] == topic]
+        for key in doomed:
+            self._stop_following(self.partitions.pop(key))
+            self.broker.purgatory.notify(key)
+        lm = self.broker.log_manager
+        if any(plog.topic == topic for plog in lm.all_logs()):
+            paths = lm.schedule_delete(topic)
+            loop = asyncio.get_running_loop()
+            self.broker.spawn(loop.run_in_executor(None, lm.remove_dirs, paths))
+            log.info("deleted the logs of topic %s", topic)
+
+    # ---- for handlers ----------------------------------------------------------------------------
+
+    def leader_partition(self, topic: str, p: int, current_leader_epoch: int = -1) -> tuple[Partition | None, int]:
+        """The partition if this broker leads it (at ``current_leader_epoch`` when given), else
+        None and Kafka's error: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+        FENCED_LEADER_EPOCH (the client's epoch is older) or UNKNOWN_LEADER_EPOCH (newer)."""
+        part = self.partitions.get((topic, p))
+        if part is None:
+            assignment = self.store.assignments.get(topic)
+            if assignment is None or p not in assignment.replicas:
+                return None, E.unknown_topic_or_partition
+            return None, E.not_leader_or_follower
+        if not part.is_leader:
+            return None, E.not_leader_or_follower
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < part.leader_epoch:
+                return None, E.fenced_leader_epoch
+            if current_leader_epoch > part.leader_epoch:
+                return None, E.unknown_leader_epoch
+        return part, E.none
+
+    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: its log reaches there."""
+        part.update_follower(replica_id, fetch_offset, now_ms())
+        self._after_hw_inputs_changed(part)
+
+    def _after_hw_inputs_changed(self, part: Partition) -> None:
+        if part.maybe_advance_high_watermark():
+            self.broker.purgatory.notify(part.key)
+        expand = part.isr_to_expand()
+        if expand:
+            self._change_isr(part, tuple(part.isr) + tuple(expand), "expand")
+
+    def _change_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
+        """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written."""
+        if part.isr_change_in_flight:
+            return
+        part.isr_change_in_flight = True
+        proposed = PartitionState(part.state.leader, part.state.leader_epoch, isr, part.state.controller_epoch,
+                                  part.state.zk_version)
+
+        async def write() -> None:
+            try:
+                written = await self.store.run(self.store.update_isr, part.topic, part.partition, proposed)
+            except Exception as e:  # ZooKeeper unreachable: the ISR stays as it is
+                log.warning("%s-%d: could not %s the ISR to %s: %s", part.topic, part.partition, why, list(isr), e)
+                written = None
+            finally:
+                part.isr_change_in_flight = False
+            current = self.partitions.get(part.key)
+            if written is None or current is not part or not part.is_leader \
+                    or part.leader_epoch != written.leader_epoch:
+                return
+            log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(part.state.isr), list(isr), why)
+            if why == "shrink":
+                self.isr_shrinks += 1
+            else:
+                self.isr_expands += 1
+            part.state = written
+            self._after_hw_inputs_changed(part)
+            self.broker.purgatory.notify(part.key)
+
+        self.broker.spawn(write())
+
+    async def _isr_shrink_loop(self) -> None:
+        lag_max = self.broker.config.replica_lag_time_max_ms
+        while True:
+            await asyncio.sleep(max(lag_max / 2000, 0.05))
+            now = now_ms()
+            for part in list(self.partitions.values()):
+                if not part.is_leader:
+                    continue
+                out = part.isr_to_shrink(now, lag_max)
+                if out:
+                    self._change_isr(part, tuple(b for b in part.isr if b not in out), "shrink")
+
+    async def wait_for_acks(self, waits: list[tuple[Partition, int, dict[str, Any]]], timeout_s: float,
+                            min_isr: dict[TopicPartition, int]) -> None:
+        """acks=all: each partition's result waits until its high watermark passes ``end`` (the
+        whole ISR has the records). Fills in the error when leadership moves, the ISR fell below
+        min.insync.replicas, or the time runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pending = list(waits)
+        while pending:
+            still = []
+            for part, end, result in pending:
+                current = self.partitions.get(part.key)
+                if current is not part or not part.is_leader:
+                    result["error_code"] = E.not_leader_or_follower
+                elif part.log.high_watermark >= end:
+                    if len(part.isr) < min_isr.get(part.key, 1):
+                        result["error_code"] = E.not_enough_replicas_after_append
+                else:
+                    still.append((part, end, result))
+            pending = still
+            remaining = deadline - loop.time()
+            if not pending:
+                return
+            if remaining <= 0:
+                for _, _, result in pending:
+                    result["error_code"] = E.request_timed_out
+                return
+            await self.broker.purgatory.wait([p.key for p, _, _ in pending], remaining)
+
+    # ---- views -----------------------------------------------------------------------------------
+
+    def under_replicated(self) -> int:
+        return sum(1 for p in self.partitions.values() if p.is_leader and len(p.isr) < len(p.replicas))
+
+    def led(self) -> int:
+        return sum(1 for p in self.partitions.values() if p.is_leader)

@@ -1,0 +1,276 @@
+"""A real cluster for tests: Debian's ZooKeeper and strom brokers as subprocesses on 127.0.0.1, plus
+the checks every fault test ends with (replicas identical, acknowledged records all there once)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from brokerproc import BrokerProcess, free_port
+from helpers import wait_until
+from kazoo.client import KazooClient
+
+from strom.cluster import zk_layout as zl
+from strom.devcluster import ZooKeeperServer
+from strom.records.batch import iter_batches, whole_batches_end
+
+# Short timeouts so failures are noticed in seconds (ZooKeeper's tick 250 ms allows 0.5-5 s sessions).
+SESSION_TIMEOUT_MS = 3000
+CLUSTER_CONFIG = {
+    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "zookeeper.connection.timeout.ms": "10000",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.backoff.ms": "100",
+    "replica.fetch.wait.max.ms": "200",
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "3",
+    "min.insync.replicas": "2",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int = 3, overrides: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.zookeeper = ZooKeeperServer(root / "zookeeper")
+        self.brokers: dict[int, BrokerProcess] = {}
+        self.overrides = dict(overrides or {})
+        self.size = size
+        self._zk: KazooClient | None = None
+
+    # ---- life -----------------------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        self.zookeeper.start()
+        for broker_id in range(1, self.size + 1):
+            b = BrokerProcess(self.root / f"broker-{broker_id}", free_port(), overrides={
+                "broker.id": str(broker_id), "zookeeper.connect": self.zookeeper.connect, **CLUSTER_CONFIG,
+                **self.overrides})
+            self.brokers[broker_id] = b
+        threads = [threading.Thread(target=b.start, kwargs={"timeout": 60}) for b in self.brokers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(b.alive() for b in self.brokers.values()), self.logs()
+        wait_until(lambda: len(self.registered()) == self.size and self.controller() in self.brokers, 20,
+                   what="every broker registered and a controller elected")
+        return self
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            b.stop()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+        self.zookeeper.stop()
+
+    def ensure_all_up(self) -> None:
+        """Restart any broker a test left stopped, and wait until all are registered."""
+        for b in self.brokers.values():
+            if not b.alive():
+                b.start(timeout=60)
+        wait_until(lambda: len(self.registered()) == self.size, 30, what="every broker registered")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive())
+
+    def logs(self) -> str:
+        return "\n".join(f"--- broker {i}\n" + "\n".join(b.log_lines[-40:]) for i, b in self.brokers.items())
+
+    # ---- ZooKeeper's view -----------------------------------------------------------------------
+
+    @property
+    def zk(self) -> KazooClient:
+        if self._zk is None:
+            self._zk = KazooClient(self.zookeeper.connect, timeout=10)
+            self._zk.start(10)
+        return self._zk
+
+    def registered(self) -> list[int]:
+        return sorted(int(c) for c in self.zk.get_children(zl.BROKER_IDS))
+
+    def controller(self) -> int:
+        data = self.zk.exists(zl.CONTROLLER) and self.zk.get(zl.CONTROLLER)[0]
+        return zl.decode_controller(data) if data else -1
+
+    def state(self, topic: str, partition: int) -> zl.PartitionState | None:
+        try:
+            data, stat = self.zk.get(zl.state_path(topic, partition))
+        except Exception:
+            return None
+        return zl.decode_state(data, stat.version)
+
+    def replicas(self, topic: str) -> dict[int, list[int]]:
+        data, _ = self.zk.get(zl.topic_path(topic))
+        return zl.decode_topic(topic, data).replicas
+
+    def leader(self, topic: str, partition: int) -> int:
+        s = self.state(topic, partition)
+        return s.leader if s is not None else -1
+
+    def wait_leader(self, topic: str, partition: int, not_in: set[int] = frozenset(),  # type: ignore[assignment]
+                    timeout: float = 20) -> int:
+        def ok() -> int | None:
+            leader = self.leader(topic, partition)
+            return leader if leader > 0 and leader not in not_in else None
+
+        return int(wait_until(ok, timeout, what=f"a leader for {topic}-{partition} outside {sorted(not_in)}"))
+
+    def wait_full_isr(self, topic: str, partitions: int, timeout: float = 30) -> None:
+        def full() -> bool:
+            reps = self.replicas(topic)
+            for p in range(partitions):
+                s = self.state(topic, p)
+                if s is None or s.leader < 0 or sorted(s.isr) != sorted(reps[p]):
+                    return False
+            return True
+
+        wait_until(full, timeout, what=f"every replica of {topic} back in the ISR")
+
+
+# ---- checks -------------------------------------------------------------------------------------
+
+def log_batches(partition_dir: Path) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, CRC) of every batch in a partition directory's segments."""
+    out = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data = seg.read_bytes()
+        end = whole_batches_end(data)
+        out += [(h.base_offset, h.last_offset, h.crc) for h in iter_batches(data[:end], verify_crc=False)]
+    return out
+
+
+def wait_replicas_identical(cluster: Cluster, topic: str, partitions: int, timeout: float = 30) -> None:
+    """Every replica of every partition ends up with the same batches at the same offsets with the
+    same CRCs (byte-identical logs, as far as batches go)."""
+    reps = cluster.replicas(topic)
+
+    def same() -> bool:
+        for p in range(partitions):
+            views = [log_batches(cluster.brokers[b].data_dir / f"{topic}-{p}") for b in reps[p]]
+            if any(v != views[0] for v in views) or not views[0]:
+                return False
+        return True
+
+    try:
+        wait_until(same, timeout, what=f"identical replicas of {topic}")
+    except AssertionError:
+        detail = []
+        for p in range(partitions):
+            for b in reps[p]:
+                batches = log_batches(cluster.brokers[b].data_dir / f"{topic}-{p}")
+                detail.append(f"{topic}-{p} on {b}: {len(batches)} batches, last {batches[-1:]}")
+        raise AssertionError("replicas differ:\n" + "\n".join(detail)) from None
+
+
+@dataclass
+class AckLog:
+    """Every record a producer got an acknowledgement for: partition -> [(offset, value)]."""
+
+    acked: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        with self.lock:
+            if err is not None:
+                self.errors.append(str(err))
+            else:
+                self.acked.setdefault(msg.partition(), []).append((msg.offset(), msg.value()))
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(len(v) for v in self.acked.values())
+
+
+class StreamingProducer:
+    """An idempotent acks=all producer writing numbered values in a thread until stopped."""
+
+    def __init__(self, cluster: Cluster, topic: str, rate_per_s: float = 500, extra: dict[str, Any] | None = None):
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.acks = AckLog()
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 50,
+                                  "topic.metadata.refresh.interval.ms": 1000, **(extra or {})})
+        self.rate = rate_per_s
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StreamingProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        interval = 1 / self.rate
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, value=b"v%08d" % self.sent, on_delivery=self.acks.on_delivery)
+                self.sent += 1
+            except BufferError:
+                pass
+            self.producer.poll(0)
+            time.sleep(interval)
+
+    def stop(self, flush_timeout: float = 60) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(10)
+            left = self.producer.flush(flush_timeout)
+            assert left == 0, f"{left} records still unacknowledged after {flush_timeout}s"
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 30) -> list[tuple[int, bytes]]:
+    """Every record of a partition from the beginning to its high watermark: [(offset, value)]."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while (not out or out[-1][0] < high - 1) and time.monotonic() < deadline and high > 0:
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append((m.offset(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def check_acknowledged(cluster: Cluster, topic: str, partitions: int, acks: AckLog) -> int:
+    """Nothing acknowledged lost, nothing duplicated, order per partition kept. Returns the count."""
+    total = 0
+    for p in range(partitions):
+        records = read_partition(cluster.bootstrap, topic, p)
+        offsets = [o for o, _ in records]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        values = [v for _, v in records]
+        assert len(set(values)) == len(values), f"{topic}-{p}: duplicated values"
+        stored = dict(records)
+        for offset, value in acks.acked.get(p, []):
+            assert stored.get(offset) == value, \
+                f"{topic}-{p}: acknowledged {value!r} at offset {offset}, found {stored.get(offset)!r}"
+        # Values were produced in increasing order: the log keeps that order per partition.
+        numbers = [int(v[1:]) for v in values]
+        assert numbers == sorted(numbers), f"{topic}-{p}: records out of order"
+        total += len(acks.acked.get(p, []))
+    return total
+
+
+def iter_brokers(cluster: Cluster) -> Iterator[BrokerProcess]:
+    return iter(cluster.brokers.values())

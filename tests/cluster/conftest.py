@@ -1,0 +1,43 @@
+"""Cluster fixtures: one ZooKeeper and three brokers shared by the tests of a module that do not
+break them for good (a test that stops a broker restarts it; ``cluster`` checks all are up)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from clusterproc import Cluster
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("cluster")).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(module_cluster: Cluster) -> Cluster:
+    module_cluster.ensure_all_up()
+    return module_cluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed cluster test carries the tail of every broker's log."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        c = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None  # type: ignore[attr-defined]
+        if isinstance(c, Cluster):
+            report.sections.append(("cluster logs", c.logs()))
+
+
+def unique(name: str) -> str:
+    import time
+
+    return f"{name}-{time.monotonic_ns() % 10**9}"
+
+
