@@ -199,7 +199,10 @@ class StreamingProducer:
         self.topic = topic
         self.acks = AckLog()
         self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 50,
+                                  "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
+                                  # A request to a frozen (SIGSTOPped) leader is given up after 6 s,
+                                  # then retried where the metadata now points.
+                                  "socket.timeout.ms": 6000, "request.timeout.ms": 6000,
                                   "topic.metadata.refresh.interval.ms": 1000, **(extra or {})})
         self.rate = rate_per_s
         self.sent = 0
@@ -224,7 +227,7 @@ class StreamingProducer:
             self.producer.poll(0)
             time.sleep(interval)
 
-    def stop(self, flush_timeout: float = 60) -> None:
+    def stop(self, flush_timeout: float = 120) -> None:
         if not self._stop.is_set():
             self._stop.set()
             self._thread.join(10)
@@ -239,7 +242,7 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
                   "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        high = _high_watermark(c, topic, partition)
         c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         out: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + timeout
@@ -250,6 +253,21 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout: float = 
         return out
     finally:
         c.close()
+
+
+def _high_watermark(consumer: Any, topic: str, partition: int, timeout: float = 20) -> int:
+    """The partition's high watermark, asking again while the client's metadata catches up with a
+    leader change (librdkafka says "Unknown partition" until then)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)[1])
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def check_acknowledged(cluster: Cluster, topic: str, partitions: int, acks: AckLog) -> int:

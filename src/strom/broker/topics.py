@@ -42,6 +42,7 @@ INVALID_TOPIC_EXCEPTION = 17
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 KAFKA_STORAGE_ERROR = 56
 
@@ -143,14 +144,17 @@ class TopicManager:
         return self._add_topic(name, partitions, configs, topic_id, internal)
 
     async def create_async(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                           configs: dict[str, str] | None = None, internal: bool = False) -> TopicInfo:
+                           configs: dict[str, str] | None = None, internal: bool = False,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
         """Create a topic with the file work in a thread; the loop keeps serving meanwhile. Once
         validated, the creation completes even if the caller is cancelled (its client left)."""
         partitions, rf, configs = self._resolve(partitions, replication_factor, configs)
         self.validate_new(name, partitions, rf, configs)
         topic_id = uuid.uuid4()
+        if assignment is not None:
+            self._check_assignment(assignment, rf)
         if self.broker.cluster is not None:
-            info = self._create_in_cluster(name, topic_id, partitions, rf, configs, internal)
+            info = self._create_in_cluster(name, topic_id, partitions, rf, configs, internal, assignment)
             await self.wait_for_leaders(name, range(partitions))
             return info
         new = self.broker.log_manager.prepare_logs(name, range(partitions), topic_id, self._log_config(configs))
@@ -162,8 +166,31 @@ class TopicManager:
 
         return await self._run_reserved(name, finish)
 
+    def _check_assignment(self, assignment: dict[int, list[int]], rf: int) -> None:
+        """A replica assignment given in CreateTopics: partitions 0..n-1, the same number of
+        distinct, registered brokers for each (Kafka's INVALID_REPLICA_ASSIGNMENT otherwise)."""
+        cluster = self.broker.cluster
+        known = set(cluster.store.brokers) if cluster is not None else {self.broker.config.broker_id}
+        if sorted(assignment) != list(range(len(assignment))):
+            raise TopicError(INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered 0 to n-1 in the assignment.")
+        for p, brokers in assignment.items():
+            if len(brokers) != rf or len(set(brokers)) != len(brokers):
+                raise TopicError(INVALID_REPLICA_ASSIGNMENT,
+                                 f"Partition {p} must have {rf} distinct replicas, has {brokers}.")
+            unknown = [b for b in brokers if b not in known]
+            if unknown:
+                raise TopicError(INVALID_REPLICA_ASSIGNMENT, f"Unknown broker ids {unknown} in the assignment.")
+
+    def replication_factor(self, name: str) -> int:
+        cluster = self.broker.cluster
+        if cluster is None:
+            return 1
+        assignment = cluster.store.assignments.get(name)
+        return len(assignment.replicas.get(0, [])) if assignment is not None else -1
+
     def _create_in_cluster(self, name: str, topic_id: uuid.UUID, partitions: int, rf: int,
-                           configs: dict[str, str], internal: bool) -> TopicInfo:
+                           configs: dict[str, str], internal: bool,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
         """Write the assignment to ZooKeeper; the controller elects the leaders and the brokers
         holding replicas make the logs. Kafka's placement over the live brokers (rack-aware)."""
         from strom.cluster.assignment import AssignmentError, assign_replicas
@@ -171,7 +198,7 @@ class TopicManager:
         assert self.broker.cluster is not None
         store = self.broker.cluster.store
         try:
-            replicas = assign_replicas(store.live_brokers(), partitions, rf)
+            replicas = assignment or assign_replicas(store.live_brokers(), partitions, rf)
         except AssignmentError as e:
             raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
         try:

@@ -42,9 +42,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         partitions = t.num_partitions
         rf = t.replication_factor
+        assignment = None
         if t.assignments:
             partitions = len(t.assignments)
             rf = len(t.assignments[0].broker_ids)
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "configs": None}
         try:
             if t.name in seen:
@@ -56,8 +58,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 broker.topics.validate_new(t.name, p, r, configs)
                 entry.update(num_partitions=p, replication_factor=r, configs=config_entries(broker, configs))
             else:
-                info = await broker.topics.create_async(t.name, partitions, rf, configs)
-                entry.update(topic_id=info.topic_id, num_partitions=info.partitions, replication_factor=1,
+                info = await broker.topics.create_async(t.name, partitions, rf, configs, assignment=assignment)
+                entry.update(topic_id=info.topic_id, num_partitions=info.partitions,
+                             replication_factor=broker.topics.replication_factor(info.name),
                              configs=config_entries(broker, info.configs))
         except TopicError as e:
             entry.update(error_code=e.error_code, error_message=e.message, num_partitions=-1, replication_factor=-1)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from strom.broker.server import Broker
 
 API_KEY = 23
-MIN_VERSION = 0
+MIN_VERSION = 2
 MAX_VERSION = 4
 
 
