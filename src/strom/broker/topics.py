@@ -143,8 +143,12 @@ class TopicManager:
 
     def _add_topic(self, name: str, partitions: int, configs: dict[str, str], topic_id: uuid.UUID,
                    internal: bool) -> TopicInfo:
+        from strom.config import TOPIC_DEFS, deprecation_warnings
+
         topic = self.broker.metadata.create_topic(name, partitions, configs, internal=internal, topic_id=topic_id)
         log.info("created topic %s with %d partitions (id %s)", name, partitions, topic.topic_id)
+        for line in deprecation_warnings(configs, TOPIC_DEFS, f"topic {name}"):
+            log.warning("%s", line)
         return topic
 
     def get_or_auto_create(self, name: str) -> TopicInfo | None:
