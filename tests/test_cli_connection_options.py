@@ -23,6 +23,8 @@ from helpers import confluent_admin, create_topics, wait_until
 
 from strom.cli.main import cli
 
+pytestmark = pytest.mark.timeout(90)
+
 ENV = "STROM_BOOTSTRAP_SERVER"
 PLACES = ("after", "before", "env")
 
@@ -97,7 +99,7 @@ def group_rows(output: str, topic: str) -> list[list[str]]:
     return rows
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("place", PLACES)
 def test_every_client_command(broker: BrokerProcess, place: str, monkeypatch: pytest.MonkeyPatch) -> None:
     bs = broker.bootstrap
@@ -192,7 +194,6 @@ def _entry_point_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", "COLUMNS": "250", **extra}
 
 
-@pytest.mark.timeout(120)
 def test_entry_point_groups_describe_with_bootstrap_after_the_group(broker: BrokerProcess) -> None:
     """The issue's own example, as typed in a shell: `strom groups describe my-group --bootstrap-server H:P`."""
     from confluent_kafka import Consumer, TopicPartition
@@ -213,7 +214,6 @@ def test_entry_point_groups_describe_with_bootstrap_after_the_group(broker: Brok
         assert "Group my-group" in proc.stdout and "opts-entry" in proc.stdout, proc.stdout
 
 
-@pytest.mark.timeout(60)
 def test_connection_options_are_refused_before_broker(tmp_path: Path) -> None:
     """`strom -b H:P broker` would look like it sets the broker's address; it is refused, and nothing starts."""
     argv = [sys.executable, "-m", "strom.cli.main", "-b", "127.0.0.1:19092", "broker",
