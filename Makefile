@@ -2,7 +2,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-STAMP := $(VENV)/.installed
+# One stamp per install set, so `make run` installs only what the broker and the strom command need
+# (a small, fast first start), `make demo` adds Spark, and `make test` everything the tests use.
+BASE_STAMP := $(VENV)/.installed-base
+SPARK_STAMP := $(VENV)/.installed-spark
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test lint typecheck unit install deps clean
 
@@ -10,11 +14,19 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml
-	$(PIP) install -q -e '.[test]'
-	touch $(STAMP)
+$(BASE_STAMP): $(PY) pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
 
-install: $(STAMP)
+$(SPARK_STAMP): $(BASE_STAMP)
+	$(PIP) install -q -e '.[spark]'
+	touch $@
+
+$(TEST_STAMP): $(BASE_STAMP)
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+install: $(TEST_STAMP)
 
 # Debian packages the tests drive (kcat, chromium for the console test); installed only when missing.
 deps:
@@ -25,14 +37,14 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
-run: install
+run: $(BASE_STAMP)
 	$(VENV)/bin/strom broker
 
-lint: install
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
 
-test: install deps lint
+test: $(TEST_STAMP) deps lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 clean:
@@ -40,5 +52,5 @@ clean:
 
 # The streaming trucking example: broker (embedded if none answers), simulator, Spark job, live alerts.
 .PHONY: demo
-demo: install
+demo: $(SPARK_STAMP)
 	$(VENV)/bin/strom demo trucking

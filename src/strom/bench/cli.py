@@ -12,7 +12,7 @@ import click
 
 from strom.bench.common import DEFAULT_BATCH_SIZE, DEFAULT_LINGER_MS, BenchOptions, progress_enabled
 from strom.bench.result import BenchResult
-from strom.cli.common import ClientOptions, StromGroup, client_options, out_console
+from strom.cli.common import ClientOptions, StromGroup, client_options, connection_options, out_console
 
 DEFAULT_TOPIC = "strom-bench"
 
@@ -96,6 +96,7 @@ def _with_json(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.group(cls=StromGroup)
+@connection_options
 def bench() -> None:
     """Measure a Kafka-compatible broker: producer and consumer throughput, delivery and end-to-end latency.
 

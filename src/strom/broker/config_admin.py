@@ -18,6 +18,7 @@ from strom.config import (
     BrokerConfig,
     ConfigError,
     check_dynamic_names,
+    deprecation_warnings,
     log_config_for,
     topic_config_values,
     validate_topic_configs,
@@ -179,9 +180,14 @@ class ConfigAdmin:
         if validate_only:
             return
         if resource_type == TOPIC:
+            before = self.current(TOPIC, resource_name)
             self.broker.metadata.set_topic_configs(resource_name, configs)
             self.apply_topic(resource_name)
             log.info("topic %s configs are now %s", resource_name, configs)
+            # Once per change, not again for a later change of another key.
+            changed = {k: v for k, v in configs.items() if before.get(k) != v}
+            for line in deprecation_warnings(changed, TOPIC_DEFS, f"topic {resource_name}"):
+                log.warning("%s", line)
         else:
             assert new_broker_config is not None
             self.broker.metadata.set_broker_configs(self.broker_level(resource_name), configs)

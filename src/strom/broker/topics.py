@@ -208,6 +208,7 @@ class TopicManager:
                 raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
             raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create '{name}' in ZooKeeper: {e}") from e
         log.info("created topic %s with %d partitions, replication factor %d (id %s)", name, partitions, rf, topic_id)
+        self._warn_deprecated(name, configs)
         return TopicInfo(name, topic_id, partitions, dict(configs), internal)
 
     async def wait_for_leaders(self, name: str, partitions: range, timeout_s: float = 10.0) -> None:
@@ -226,7 +227,15 @@ class TopicManager:
                    internal: bool) -> TopicInfo:
         topic = self._local_store().create_topic(name, partitions, configs, internal=internal, topic_id=topic_id)
         log.info("created topic %s with %d partitions (id %s)", name, partitions, topic.topic_id)
+        self._warn_deprecated(name, configs)
         return topic
+
+    @staticmethod
+    def _warn_deprecated(name: str, configs: dict[str, str]) -> None:
+        from strom.config import TOPIC_DEFS, deprecation_warnings
+
+        for line in deprecation_warnings(configs, TOPIC_DEFS, f"topic {name}"):
+            log.warning("%s", line)
 
     def get_or_auto_create(self, name: str) -> TopicInfo | None:
         topic = self.broker.metadata.get_topic(name)

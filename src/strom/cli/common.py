@@ -1,5 +1,6 @@
-"""Shared pieces of the client commands (topics, produce, consume): the connection options, client
-configs built on confluent-kafka, a bounded reachability check and one-line error reporting.
+"""Shared pieces of the client commands (topics, produce, consume, groups, configs, bench, demo): the
+connection options, client configs built on confluent-kafka, a bounded reachability check and
+one-line error reporting.
 
 Every client command fails with one line on stderr and a non-zero exit: 1 for a runtime failure
 (broker unreachable, missing topic, refused request), 2 for a bad command line. Set STROM_DEBUG=1
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -149,30 +151,89 @@ def parse_key_values(values: Iterable[str], option: str) -> list[tuple[str, str]
     return [parse_key_value(v, option) for v in values]
 
 
-def client_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--bootstrap-server``, ``-X/--property`` and ``--connect-timeout``; the command receives them
-    as one ``client: ClientOptions`` argument."""
+# The connection options, defined once: every command that talks to a broker takes them, and so do
+# the groups above it (``strom`` itself, ``strom topics``, ``strom groups``, ...), so that
+# ``strom groups describe G -b HOST:PORT`` and ``strom groups -b HOST:PORT describe G`` both work.
+_BOOTSTRAP, _PROPERTIES, _TIMEOUT = "bootstrap_server", "client_properties", "connect_timeout"
+CONNECTION_PARAMS = (_BOOTSTRAP, _PROPERTIES, _TIMEOUT)
+
+
+def _connection_option_decorators() -> list[Callable[[Callable[..., Any]], Callable[..., Any]]]:
+    return [
+        click.option(
+            "-b", "--bootstrap-server", _BOOTSTRAP, default=DEFAULT_BOOTSTRAP, show_default=True,
+            envvar=BOOTSTRAP_ENVVAR, show_envvar=True, metavar="HOST:PORT[,...]", help="Broker(s) to connect to.",
+        ),
+        click.option(
+            "-X", "--property", _PROPERTIES, multiple=True, metavar="KEY=VALUE",
+            help="librdkafka client property (repeatable), e.g. -X security.protocol=SASL_SSL.",
+        ),
+        click.option(
+            "--connect-timeout", _TIMEOUT, type=click.FloatRange(min=0.5), default=DEFAULT_CONNECT_TIMEOUT,
+            show_default=True, metavar="SECONDS", help="Give up on an unreachable broker after this long.",
+        ),
+    ]
+
+
+def _with_connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_connection_option_decorators()):
+        f = option(f)
+    return f
+
+
+def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The connection options on a command group: parsed there and left in the group's context for
+    its subcommands to read (see resolve_client_options); the group's own function does not see them."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        bootstrap = kwargs.pop("bootstrap_server")
-        props = dict(parse_key_values(kwargs.pop("client_properties"), "-X/--property"))
-        timeout = kwargs.pop("connect_timeout")
-        return f(*args, client=ClientOptions(bootstrap, props, timeout), **kwargs)
+        for name in CONNECTION_PARAMS:
+            kwargs.pop(name, None)
+        return f(*args, **kwargs)
 
-    wrapper = click.option(
-        "--connect-timeout", type=click.FloatRange(min=0.5), default=DEFAULT_CONNECT_TIMEOUT, show_default=True,
-        metavar="SECONDS", help="Give up on an unreachable broker after this long.",
-    )(wrapper)
-    wrapper = click.option(
-        "-X", "--property", "client_properties", multiple=True, metavar="KEY=VALUE",
-        help="Extra librdkafka client property (repeatable), e.g. -X security.protocol=ssl.",
-    )(wrapper)
-    wrapper = click.option(
-        "-b", "--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True, envvar=BOOTSTRAP_ENVVAR,
-        show_envvar=True, metavar="HOST:PORT[,...]", help="Broker(s) to connect to.",
-    )(wrapper)
-    return wrapper
+    return _with_connection_options(wrapper)
+
+
+def client_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The connection options on a command that talks to a broker; it receives them, merged with any
+    given to the groups above it, as one ``client: ClientOptions`` argument."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name in CONNECTION_PARAMS:
+            kwargs.pop(name, None)
+        return f(*args, client=resolve_client_options(click.get_current_context()), **kwargs)
+
+    return _with_connection_options(wrapper)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+
+
+def resolve_client_options(ctx: click.Context) -> ClientOptions:
+    """The connection settings for the command running in ``ctx``.
+
+    A value typed nearest the command wins (``strom topics list -b A`` over ``strom topics -b B
+    list`` over ``strom -b C topics list``), then $STROM_BOOTSTRAP_SERVER, then the default.
+    -X properties add up across the levels, key by key, the nearest winning.
+    """
+    levels: list[click.Context] = []  # outermost first
+    c: click.Context | None = ctx
+    while c is not None:
+        if _BOOTSTRAP in c.params:
+            levels.insert(0, c)
+        c = c.parent
+    bootstrap = os.environ.get(BOOTSTRAP_ENVVAR) or DEFAULT_BOOTSTRAP
+    timeout = DEFAULT_CONNECT_TIMEOUT
+    properties: dict[str, str] = {}
+    for level in levels:
+        if _given(level, _BOOTSTRAP):
+            bootstrap = level.params[_BOOTSTRAP]
+        if _given(level, _TIMEOUT):
+            timeout = level.params[_TIMEOUT]
+        properties.update(parse_key_values(level.params[_PROPERTIES], "-X/--property"))
+    return ClientOptions(bootstrap, properties, timeout)
 
 
 _quiet_logger: logging.Logger | None = None

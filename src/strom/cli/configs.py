@@ -15,6 +15,7 @@ from strom.cli.common import (
     StromGroup,
     admin_client,
     client_options,
+    connection_options,
     is_unsupported,
     kafka_error_message,
     out_console,
@@ -28,6 +29,7 @@ _SET_SOURCES = ("DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAUL
 
 
 @click.group(cls=StromGroup, no_args_is_help=True)
+@connection_options
 def configs() -> None:
     """Describe and change topic and broker configs."""
 

@@ -15,15 +15,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from strom.cli.common import ClientOptions, StromGroup, admin_client, client_options, connection_options
+
 TIMEOUT_S = 15.0
 INACTIVE_STATES = {"EMPTY", "DEAD"}  # a reset is refused unless the group has no members
-
-
-def _admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(TIMEOUT_S * 1000)})
 
 
 def _fail(message: str) -> click.ClickException:
@@ -51,20 +46,17 @@ def _state_name(state: Any) -> str:
     return str(getattr(state, "name", state)).upper()
 
 
-@click.group("groups")
-@click.option("--bootstrap-server", "bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True,
-              help="Broker to connect to (host:port).")
-@click.pass_context
-def groups(ctx: click.Context, bootstrap: str) -> None:
+@click.group("groups", cls=StromGroup, no_args_is_help=True)
+@connection_options
+def groups() -> None:
     """Consumer groups: list, describe, reset-offsets, delete."""
-    ctx.obj = {"bootstrap": bootstrap}
 
 
 @groups.command("list")
-@click.pass_context
-def list_groups(ctx: click.Context) -> None:
+@client_options
+def list_groups(client: ClientOptions) -> None:
     """List the consumer groups and their states."""
-    admin = _admin(ctx.obj["bootstrap"])  # held until the answer: a collected client cancels its requests
+    admin = admin_client(client)  # held until the answer: a collected client cancels its requests
     result = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S), "list groups")
     if result.errors:
         raise _fail(f"list groups: {_describe_error(result.errors[0])}")
@@ -114,12 +106,12 @@ def _list_offsets(admin: Any, tps: Iterable[tuple[str, int]], spec: Any) -> dict
 
 @groups.command("describe")
 @click.argument("group")
-@click.pass_context
-def describe(ctx: click.Context, group: str) -> None:
+@client_options
+def describe(group: str, client: ClientOptions) -> None:
     """Members, assignment, committed offset, log end and lag per partition."""
     from confluent_kafka.admin import OffsetSpec
 
-    admin = _admin(ctx.obj["bootstrap"])
+    admin = admin_client(client)
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
     state = _state_name(desc.state)
     if state == "DEAD":
@@ -197,9 +189,9 @@ def _parse_datetime(text: str) -> int:
 @click.option("--to-datetime", default=None, help="Reset to the first offset at or after this ISO time.")
 @click.option("--shift-by", type=int, default=None, help="Move the committed offset by N (may be negative).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
-@click.pass_context
-def reset_offsets(ctx: click.Context, group: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool,
-                  to_offset: int | None, to_datetime: str | None, shift_by: int | None, dry_run: bool) -> None:
+@client_options
+def reset_offsets(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool, to_offset: int | None,
+                  to_datetime: str | None, shift_by: int | None, dry_run: bool, client: ClientOptions) -> None:
     """Set a group's committed offsets; refused while the group has active members."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -209,7 +201,7 @@ def reset_offsets(ctx: click.Context, group: str, topics: tuple[str, ...], to_ea
                              ("--shift-by", shift_by is not None)) if v]
     if len(chosen) != 1:
         raise _fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by")
-    admin = _admin(ctx.obj["bootstrap"])
+    admin = admin_client(client)
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
     state = _state_name(desc.state)
     if state not in INACTIVE_STATES:
@@ -257,9 +249,9 @@ def reset_offsets(ctx: click.Context, group: str, topics: tuple[str, ...], to_ea
 
 @groups.command("delete")
 @click.argument("group")
-@click.pass_context
-def delete(ctx: click.Context, group: str) -> None:
+@client_options
+def delete(group: str, client: ClientOptions) -> None:
     """Delete a group (it must have no members) and its committed offsets."""
-    admin = _admin(ctx.obj["bootstrap"])
+    admin = admin_client(client)
     _result(admin.delete_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"delete {group}")
     click.echo(f"deleted group {group}")

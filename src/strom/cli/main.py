@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
+
+from strom.cli.common import CONNECTION_PARAMS, connection_options
 
 
 def _setup_logging(level: str) -> None:
@@ -19,8 +22,13 @@ def _setup_logging(level: str) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="strom")
+@connection_options
 def cli() -> None:
-    """strom: a Kafka-compatible streaming platform."""
+    """strom: a Kafka-compatible streaming platform.
+
+    The connection options given here apply to every client command below; the same options given
+    after a command win over them.
+    """
 
 
 @cli.command()
@@ -29,10 +37,17 @@ def cli() -> None:
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Set a config property (repeatable); wins over the file.")
 @click.option("--log-level", default="INFO", show_default=True)
-def broker(config_path: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
+@click.pass_context
+def broker(ctx: click.Context, config_path: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
     """Run a broker (default: PLAINTEXT on 127.0.0.1:9092, data in ./strom-data)."""
     from strom.config import BrokerConfig, ConfigError
 
+    # `strom -b HOST:PORT broker` looks like it sets the broker's address, but it would not.
+    given = [name for name in CONNECTION_PARAMS
+             if ctx.parent is not None and ctx.parent.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError("the connection options are for client commands; the broker's own address is "
+                               "set with --override listeners=PLAINTEXT://HOST:PORT")
     _setup_logging(log_level)
     try:
         config = BrokerConfig.load(config_path, overrides)

@@ -19,6 +19,7 @@ from strom.cli.common import (
     StromGroup,
     admin_client,
     client_options,
+    connection_options,
     fetch_metadata,
     is_unsupported,
     kafka_error_message,
@@ -34,6 +35,7 @@ DESCRIBE_LOG_DIRS = 35
 
 
 @click.group(cls=StromGroup, no_args_is_help=True)
+@connection_options
 def topics() -> None:
     """Create, list, describe, alter and delete topics."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
@@ -189,6 +189,21 @@ class ListOf:
         return "[" + ", ".join(self.choices) + "]"
 
 
+@dataclass(frozen=True)
+class KafkaVersion:
+    """Kafka's MetadataVersionValidator, in shape: a Kafka version such as 0.10.2, 2.8 or 3.0-IV1."""
+
+    _pattern = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+){0,2}(-IV[0-9]+)?")
+
+    def __call__(self, value: Value) -> str | None:
+        if value is None or (isinstance(value, str) and self._pattern.fullmatch(value)):
+            return None
+        return f"value '{value}' is not a Kafka version (e.g. 2.8, 3.0-IV1)"
+
+    def describe(self) -> str:
+        return "a Kafka version, e.g. 2.8, 3.0-IV1"
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
@@ -209,6 +224,9 @@ class ConfigDef:
     synonyms: tuple[str, ...] = ()
     # Accepted for compatibility with server.properties files; strom does not act on it.
     ignored: bool = False
+    # Kafka 3.x deprecated this key but still accepts it: why it has no effect, for the one line
+    # logged whenever it is set (such a key is also `ignored`).
+    deprecated: str | None = None
     # Kafka's own default, when strom's differs on purpose (shown in the docs).
     kafka_default: str | None = None
 
@@ -296,6 +314,15 @@ def java_double(x: float) -> str:
     e10 = len(ds) - 1 + exp
     mantissa = ds[0] + "." + (ds[1:] or "0")
     return ("-" if sign else "") + f"{mantissa}E{e10}"
+
+
+def deprecation_warnings(configs: Mapping[str, str | None], defs: Mapping[str, ConfigDef], where: str) -> list[str]:
+    """One log line per deprecated key set in ``configs``, naming the key: it is accepted, and does nothing."""
+    return [
+        f"{where}: config {name}={value} is deprecated and has no effect: {defs[name].deprecated}"
+        for name, value in configs.items()
+        if value is not None and name in defs and defs[name].deprecated is not None
+    ]
 
 
 def snake(name: str) -> str:

@@ -19,6 +19,7 @@ from ._defs import (
     ConfigSource,
     ConfigSynonym,
     Value,
+    deprecation_warnings,
     format_value,
     snake,
 )
@@ -295,13 +296,17 @@ class BrokerConfig:
 
         Raises ConfigError (one line naming the key) for unreadable files, malformed overrides,
         values of the wrong type or out of range, and bad listener addresses. Unknown keys are
-        accepted with a warning, as Kafka does, and kept in `raw`.
+        accepted with a warning, as Kafka does, and kept in `raw`; a deprecated key that has no
+        effect (log.message.format.version, ...) is accepted with one warning line naming it.
         """
         raw: dict[str, str] = {}
         if path is not None:
             raw.update(read_properties(Path(path)))
         raw.update(parse_overrides(overrides))
-        return cls._build(raw)
+        config = cls._build(raw)
+        for line in deprecation_warnings(raw, BROKER_DEFS, "broker"):
+            log.warning("%s", line)
+        return config
 
     @classmethod
     def defaults(cls) -> BrokerConfig:

@@ -11,6 +11,7 @@ from ._defs import (
     ConfigDef,
     ConfigType,
     Importance,
+    KafkaVersion,
     ListOf,
     OneOf,
     at_least,
@@ -42,6 +43,11 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # LegacyRecord.RECORD_OVERHEAD_V0: Kafka's floor for a segment size.
 MIN_SEGMENT_BYTES = 14
+# Kafka 3.x's defaults for the version configs it deprecated (KIP-724) or ignores (KRaft).
+MESSAGE_FORMAT_VERSION = "3.0-IV1"
+INTER_BROKER_PROTOCOL_VERSION = "3.9-IV0"
+_FORMAT_V2_ONLY = ("Kafka 3.0 deprecated it and writes message format v2 whatever it says; "
+                   "strom stores and serves v2 only")
 
 # fmt: off
 BROKER_CONFIGS: tuple[ConfigDef, ...] = (
@@ -137,6 +143,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("log.message.downconversion.enable", BOOL, "true",
               "Down-convert batches for old fetchers (strom stores and serves magic v2 only).", LOW,
               topic_config="message.downconversion.enable", ignored=True),
+    ConfigDef("log.message.format.version", STR, MESSAGE_FORMAT_VERSION,
+              "Deprecated: message format version of appended batches (always v2).", MEDIUM, KafkaVersion(),
+              topic_config="message.format.version", ignored=True, deprecated=_FORMAT_V2_ONLY),
     ConfigDef("message.max.bytes", INT, "1048588", "Largest record batch the broker accepts.", HIGH,
               at_least(0), topic_config="max.message.bytes"),
     ConfigDef("compression.type", STR, "producer",
@@ -247,6 +256,11 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("num.replica.fetchers", INT, "1", "Fetcher tasks per source broker.", HIGH),
     ConfigDef("auto.leader.rebalance.enable", BOOL, "true", "Move leadership back to preferred replicas.", HIGH),
     ConfigDef("controlled.shutdown.enable", BOOL, "true", "Hand over leadership before shutting down.", MEDIUM),
+    ConfigDef("inter.broker.protocol.version", STR, INTER_BROKER_PROTOCOL_VERSION,
+              "Protocol version between brokers, for rolling upgrades; Kafka 3.x uses it in ZooKeeper mode only.",
+              MEDIUM, KafkaVersion(), ignored=True,
+              deprecated="strom negotiates each request's version with ApiVersions, as Kafka does in KRaft "
+                         "mode, where it ignores this key"),
     ConfigDef("zookeeper.connect", STR, None, "host:port[,host:port][/chroot] of ZooKeeper; null = single broker.",
               HIGH),
     ConfigDef("zookeeper.session.timeout.ms", INT, "18000", "ZooKeeper session timeout.", HIGH, at_least(1)),
@@ -310,6 +324,9 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
               at_least(0), synonyms=("message.max.bytes",)),
     ConfigDef("message.downconversion.enable", BOOL, "true", "Down-convert batches for old fetchers.", LOW,
               synonyms=("log.message.downconversion.enable",), ignored=True),
+    ConfigDef("message.format.version", STR, MESSAGE_FORMAT_VERSION,
+              "Deprecated: message format version of appended batches (always v2).", MEDIUM, KafkaVersion(),
+              synonyms=("log.message.format.version",), ignored=True, deprecated=_FORMAT_V2_ONLY),
     ConfigDef("message.timestamp.after.max.ms", LONG, _LONG_MAX, "Reject a CreateTime this far in the future.",
               MEDIUM, at_least(0), synonyms=("log.message.timestamp.after.max.ms",)),
     ConfigDef("message.timestamp.before.max.ms", LONG, _LONG_MAX, "Reject a CreateTime this far in the past.",
@@ -350,8 +367,9 @@ TOPIC_DEFS: dict[str, ConfigDef] = index(TOPIC_CONFIGS)
 
 # Broker properties that AlterConfigs / IncrementalAlterConfigs may change at runtime (Kafka's
 # DynamicBrokerConfig, as far as strom acts on them): the defaults of topic configs and the cleaner.
+# Like Kafka's DynamicLogConfig, not log.message.format.version (nor any deprecated key).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
-    {d.name for d in BROKER_CONFIGS if d.topic_config is not None}
+    {d.name for d in BROKER_CONFIGS if d.topic_config is not None and d.deprecated is None}
     | {
         "log.cleaner.threads",
         "log.cleaner.backoff.ms",

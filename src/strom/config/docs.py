@@ -49,11 +49,18 @@ def _topic_rows(defs: Iterable[ConfigDef]) -> list[str]:
     ]
     for d in defs:
         syn = ", ".join(f"`{s}`" for s in d.synonyms)
-        note = " (accepted, ignored)" if d.ignored else ""
+        note = " (deprecated, accepted, no effect)" if d.deprecated else " (accepted, ignored)" if d.ignored else ""
         rows.append(
             f"| `{d.name}` | {d.type.name.lower()} | {_default(d)} | {_valid(d)} | {syn} | {_cell(d.doc)}{note} |"
         )
     return rows
+
+
+def _ignored_row(d: ConfigDef) -> str:
+    row = f"- `{d.name}`: {d.doc}"
+    if d.deprecated is not None:
+        row += f" Setting it logs one warning naming it; {d.deprecated}."
+    return row
 
 
 def render() -> dict[str, str]:
@@ -62,7 +69,7 @@ def render() -> dict[str, str]:
     return {
         "broker-configs": "\n".join(_broker_rows(d for d in BROKER_CONFIGS if not d.ignored)),
         "topic-configs": "\n".join(_topic_rows(TOPIC_CONFIGS)),
-        "ignored-configs": "\n".join(f"- `{d.name}`: {d.doc}" for d in ignored),
+        "ignored-configs": "\n".join(_ignored_row(d) for d in ignored),
     }
 
 

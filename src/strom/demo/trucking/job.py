@@ -78,11 +78,13 @@ def alerts(stats: DataFrame) -> DataFrame:
 
 
 def start(spark: SparkSession, bootstrap: str, output_dir: Path, checkpoint_dir: Path, *,
-          trigger: dict[str, Any] | None = None, source_options: dict[str, str] | None = None) -> list[StreamingQuery]:
+          trigger: dict[str, Any] | None = None, source_options: dict[str, str] | None = None,
+          sink_options: dict[str, str] | None = None) -> list[StreamingQuery]:
     """Start the two queries: alerts to the strom topic, aggregates to Parquet at output_dir/driver_stats.
 
     `trigger` is passed to DataStreamWriter.trigger (e.g. {"processingTime": "2 seconds"} or
-    {"availableNow": True}); `source_options` are extra options of the strom source.
+    {"availableNow": True}); `source_options` are extra options of the strom source, `sink_options`
+    of the strom sink that writes the alerts.
     """
     trigger = trigger or {"processingTime": "2 seconds"}
     stats_query = (driver_stats(read_events(spark, bootstrap, source_options))
@@ -93,6 +95,7 @@ def start(spark: SparkSession, bootstrap: str, output_dir: Path, checkpoint_dir:
                    .trigger(**trigger).start())
     alerts_query = (alerts(driver_stats(read_events(spark, bootstrap, source_options)))
                     .writeStream.format("strom").outputMode("append")
+                    .options(**(sink_options or {}))
                     .option("kafka.bootstrap.servers", bootstrap)
                     .option("topic", ALERTS_TOPIC)
                     .option("checkpointLocation", str(checkpoint_dir / "alerts"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
+from strom.cli.common import ClientOptions
 from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC
 
 READY_MARK = "ready: listening on"
@@ -29,11 +31,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def broker_reachable(bootstrap: str, timeout: float = 3.0) -> bool:
+def client_config(client: ClientOptions, **extra: Any) -> dict[str, Any]:
+    """A librdkafka config for one of the demo's clients: the broker and the -X properties given."""
+    return {"bootstrap.servers": client.bootstrap, **extra, **client.properties}
+
+
+def broker_reachable(client: ClientOptions) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
-                         "log_level": 0})
+    timeout = client.connect_timeout
+    admin = AdminClient(client_config(client, **{"socket.timeout.ms": int(timeout * 1000), "log_level": 0}))
     try:
         admin.list_topics(timeout=timeout)
         return True
@@ -86,10 +93,10 @@ def embedded_broker(data_dir: Path, console: Console) -> Iterator[str]:
         log.close()
 
 
-def ensure_topics(bootstrap: str) -> None:
+def ensure_topics(client: ClientOptions) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(client))
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [NewTopic(EVENTS_TOPIC, 3, 1), NewTopic(ALERTS_TOPIC, 1, 1)]
     new = [t for t in wanted if t.topic not in existing]
@@ -112,21 +119,21 @@ def describe_alert(a: dict[str, Any]) -> str:
             f"avg speed {a['avgSpeed']:.1f}, max {a['maxSpeed']}")
 
 
-def run_demo(bootstrap: str, duration: float, rate: float, speedup: float, trucks: int, output: Path,
+def run_demo(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
              data_dir: Path, console: Console | None = None) -> int:
     console = console or Console()
     with contextlib.ExitStack() as stack:
-        if broker_reachable(bootstrap):
-            console.print(f"using the broker at {bootstrap}")
+        if broker_reachable(client):
+            console.print(f"using the broker at {client.bootstrap}")
         else:
-            console.print(f"no broker answers at {bootstrap}; starting one")
-            bootstrap = stack.enter_context(embedded_broker(data_dir, console))
-        ensure_topics(bootstrap)
-        return _run(bootstrap, duration, rate, speedup, trucks, output, console)
+            console.print(f"no broker answers at {client.bootstrap}; starting one")
+            client = dataclasses.replace(client, bootstrap=stack.enter_context(embedded_broker(data_dir, console)))
+        ensure_topics(client)
+        return _run(client, duration, rate, speedup, trucks, output, console)
     return 0  # unreachable; for type checkers
 
 
-def _run(bootstrap: str, duration: float, rate: float, speedup: float, trucks: int, output: Path,
+def _run(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
          console: Console) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -140,7 +147,8 @@ def _run(bootstrap: str, duration: float, rate: float, speedup: float, trucks: i
     output.mkdir(parents=True)
 
     errors: list[str] = []
-    sim = LiveSimulator(bootstrap, EVENTS_TOPIC, rate=rate, speedup=speedup, trucks=trucks, on_error=errors.append)
+    sim = LiveSimulator(client.bootstrap, EVENTS_TOPIC, rate=rate, speedup=speedup, trucks=trucks,
+                        on_error=errors.append, properties=client.properties)
     sim.start()
     console.print(f"simulator: {trucks} trucks, ~{rate:g} events/s to [bold]{EVENTS_TOPIC}[/], event time "
                   f"{speedup:g}x faster than the clock ({job.WINDOW_SECONDS}s windows close every "
@@ -150,15 +158,19 @@ def _run(bootstrap: str, duration: float, rate: float, speedup: float, trucks: i
         "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     # This run's events only: from the first record produced at or after its start.
-    queries = job.start(spark, bootstrap, output, output / "checkpoints", trigger={"processingTime": "2 seconds"},
-                        source_options={"startingTimestamp": str(start_ms),
-                                        "startingOffsetsByTimestampStrategy": "latest"})
+    # The -X properties reach Spark's clients as the source's and sink's "kafka.*" options.
+    kafka_options = {f"kafka.{k}": v for k, v in client.properties.items()}
+    queries = job.start(spark, client.bootstrap, output, output / "checkpoints",
+                        trigger={"processingTime": "2 seconds"},
+                        source_options={**kafka_options, "startingTimestamp": str(start_ms),
+                                        "startingOffsetsByTimestampStrategy": "latest"},
+                        sink_options=kafka_options)
     console.print(f"streaming queries running: alerts -> [bold]{ALERTS_TOPIC}[/], per-driver windows -> "
                   f"{output / 'driver_stats'} (Parquet). Waiting for windows to close"
                   + (f"; stopping after {duration:g}s" if duration else "; Ctrl-C to stop") + ".")
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"strom-demo-{start_ms}",
-                         "enable.auto.commit": False, "auto.offset.reset": "latest"})
+    consumer = Consumer(client_config(client, **{"group.id": f"strom-demo-{start_ms}", "enable.auto.commit": False,
+                                                 "auto.offset.reset": "latest"}))
     tp = consumer.offsets_for_times([TopicPartition(ALERTS_TOPIC, 0, start_ms)], timeout=10)[0]
     if tp.offset < 0:
         tp = TopicPartition(ALERTS_TOPIC, 0, consumer.get_watermark_offsets(tp, timeout=10)[1])

@@ -16,7 +16,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,9 +135,11 @@ class LiveSimulator(threading.Thread):
     events per wall-clock second, until stopped."""
 
     def __init__(self, bootstrap: str, topic: str, rate: float = 40.0, speedup: float = 10.0, trucks: int = 8,
-                 seed: int | None = None, on_error: Callable[[str], None] | None = None) -> None:
+                 seed: int | None = None, on_error: Callable[[str], None] | None = None,
+                 properties: Mapping[str, str] | None = None) -> None:
         super().__init__(name="truck-simulator", daemon=True)
         self.bootstrap = bootstrap
+        self.properties = dict(properties or {})  # extra librdkafka settings (strom demo -X)
         self.topic = topic
         self.rate = rate
         self.speedup = speedup
@@ -154,7 +156,8 @@ class LiveSimulator(threading.Thread):
             if err is not None and self.on_error is not None:
                 self.on_error(str(err))
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "on_delivery": report})
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "on_delivery": report,
+                             **self.properties})
         wall0, sim0 = time.monotonic(), self.sim.clock_ms
         try:
             while not self.stop_event.is_set():
