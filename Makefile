@@ -8,7 +8,7 @@ BASE_STAMP := $(VENV)/.installed-base
 SPARK_STAMP := $(VENV)/.installed-spark
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck unit install deps clean
+.PHONY: run test lint typecheck unit install deps zookeeper cluster clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -28,14 +28,20 @@ $(TEST_STAMP): $(BASE_STAMP)
 
 install: $(TEST_STAMP)
 
-# Debian packages the tests drive (kcat, chromium for the console test); installed only when missing.
-deps:
+# Debian packages the tests drive (kcat, chromium for the console test, zookeeper for the cluster
+# tests and `make cluster`); installed only when missing.
+deps: zookeeper
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q kcat; }
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+
+zookeeper:
+	@test -x /usr/share/zookeeper/bin/zkServer.sh || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q zookeeper; }
 
 run: $(BASE_STAMP)
 	$(VENV)/bin/strom broker
@@ -49,6 +55,10 @@ test: $(TEST_STAMP) deps lint
 
 clean:
 	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache
+
+# A local cluster: ZooKeeper and three brokers on 127.0.0.1:9092-9094; Ctrl-C stops everything.
+cluster: $(BASE_STAMP) zookeeper
+	$(VENV)/bin/strom dev-cluster 3
 
 # The streaming trucking example: broker (embedded if none answers), simulator, Spark job, live alerts.
 .PHONY: demo
