@@ -8,6 +8,12 @@
   and only then answers: a commit is acknowledged once it is in the log.
 - The timer loop sleeps until the shard's next deadline (session timeouts, rebalance deadlines,
   offset retention) or until an operation may have moved it earlier.
+
+In a cluster this broker coordinates the groups whose __consumer_offsets partition it leads: a
+partition is loaded when this broker becomes its leader (requests for its groups get
+COORDINATOR_LOAD_IN_PROGRESS meanwhile) and its groups are dropped when the leadership moves
+(their parked requests answered NOT_COORDINATOR; clients look the coordinator up again). Writes
+are acknowledged once the whole ISR has them, as Kafka's offsets.commit.required.acks=-1.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ class GroupCoordinatorRuntime:
         self.loaded = False
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None
+        # In a cluster: the __consumer_offsets partitions loaded here (-> leader epoch) and loading.
+        self.owned: dict[int, int] = {}
+        self.loading: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,17 +91,83 @@ class GroupCoordinatorRuntime:
     async def start(self) -> None:
         started = time.monotonic()
         records = 0
-        topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
-        if topic is not None:
-            for partition in range(topic.partitions):
-                plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
-                if plog is not None:
-                    records += await self._load_partition(plog)
-        self.shard.loaded(self.clock())
+        replicas = self.broker.replicas
+        if replicas is not None:
+            # A cluster: load what this broker leads now, and follow leadership from here on.
+            replicas.leadership_listeners.append(self._leadership_changed)
+            for part in list(replicas.partitions.values()):
+                if part.topic == GROUP_METADATA_TOPIC_NAME and part.is_leader:
+                    self._leadership_changed(part.topic, part.partition, part.leader_epoch)
+        else:
+            topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
+            if topic is not None:
+                for partition in range(topic.partitions):
+                    plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
+                    if plog is not None:
+                        records += await self._load_partition(plog)
+            self.shard.loaded(self.clock())
+            log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms", len(self.shard.groups),
+                     records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
         self.loaded = True
         self._ticker = self.broker.spawn(self._tick_loop())
-        log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms", len(self.shard.groups),
-                 records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
+
+    # ------------------------------------------------------------------ leadership (cluster)
+
+    def _leadership_changed(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """From the replica manager: this broker leads ``partition`` at ``leader_epoch`` (>= 0), or
+        no longer leads it (-1)."""
+        if topic != GROUP_METADATA_TOPIC_NAME:
+            return
+        if leader_epoch < 0:
+            self.loading.pop(partition, None)
+            if self.owned.pop(partition, None) is not None:
+                self._unload(partition)
+            return
+        if self.owned.get(partition) == leader_epoch or self.loading.get(partition) == leader_epoch:
+            return
+        if self.owned.pop(partition, None) is not None:
+            self._unload(partition)
+        self.loading[partition] = leader_epoch
+        self.broker.spawn(self._load_owned(partition, leader_epoch))
+
+    async def _load_owned(self, partition: int, leader_epoch: int) -> None:
+        started = time.monotonic()
+        plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
+        before = set(self.shard.groups)
+        records = await self._load_partition(plog) if plog is not None else 0
+        if self.loading.get(partition) != leader_epoch:
+            return  # the leadership moved on while loading
+        del self.loading[partition]
+        self.owned[partition] = leader_epoch
+        self.shard.loaded(self.clock())
+        self._wakeup.set()
+        log.info("group coordinator: loaded %s-%d at leader epoch %d (%d groups, %d records) in %.0f ms",
+                 GROUP_METADATA_TOPIC_NAME, partition, leader_epoch, len(set(self.shard.groups) - before), records,
+                 (time.monotonic() - started) * 1000)
+
+    def _unload(self, partition: int) -> None:
+        """Drop the groups of a partition this broker no longer leads; parked joins and syncs are
+        answered NOT_COORDINATOR so their clients find the new coordinator."""
+        doomed = [g for g in self.shard.groups if self.partition_for(g) == partition]
+        for group_id in doomed:
+            group = self.shard.groups.pop(group_id)
+            for member in group.members.values():
+                for token, result in ((member.awaiting_join, JoinGroupResult(E.not_coordinator, member.member_id)),
+                                      (member.awaiting_sync, SyncGroupResult(E.not_coordinator))):
+                    if isinstance(token, asyncio.Future) and not token.done():
+                        token.set_result(result)
+        log.info("group coordinator: unloaded %s-%d (%d groups)", GROUP_METADATA_TOPIC_NAME, partition, len(doomed))
+
+    def error_for(self, group_id: str) -> E:
+        """NONE when this broker coordinates the group now; else what to tell the client."""
+        if not self.loaded:
+            return E.coordinator_not_available
+        if self.broker.replicas is None:
+            return E.none
+        p = self.partition_for(group_id)
+        if p in self.loading:
+            return E.coordinator_load_in_progress
+        return E.none if p in self.owned else E.not_coordinator
 
     async def stop(self) -> None:
         self.loaded = False
@@ -137,6 +212,8 @@ class GroupCoordinatorRuntime:
         return count
 
     def _ensure_topic(self) -> None:
+        from strom.broker.topics import TOPIC_ALREADY_EXISTS, TopicError
+
         if self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME) is not None:
             return
         cfg = self.broker.config
@@ -144,7 +221,12 @@ class GroupCoordinatorRuntime:
         segment_bytes = getattr(cfg, "offsets_topic_segment_bytes", None)
         if segment_bytes:
             configs["segment.bytes"] = str(segment_bytes)
-        self.broker.topics.create(GROUP_METADATA_TOPIC_NAME, self.num_partitions, 1, configs, internal=True)
+        rf = int(getattr(cfg, "offsets_topic_replication_factor", 1)) if self.broker.replicas is not None else 1
+        try:
+            self.broker.topics.create(GROUP_METADATA_TOPIC_NAME, self.num_partitions, rf, configs, internal=True)
+        except TopicError as e:
+            if e.error_code != TOPIC_ALREADY_EXISTS:  # another broker made it first: fine
+                raise
 
     # ------------------------------------------------------------------ running operations
 
@@ -155,11 +237,16 @@ class GroupCoordinatorRuntime:
     async def _apply(self, res: CoordinatorResult) -> None:
         if res.records:
             to_flush: list[PartitionLog] = []
+            error = E.none
             try:
-                to_flush = self._append(res.records)
+                to_flush, waits = self._append(res.records)
+                if waits:
+                    error = await self._wait_replicated(waits)
             except Exception as e:  # a failed write must not leave requests hanging
                 log.error("could not write to %s: %s", GROUP_METADATA_TOPIC_NAME, e)
-                failed = res.on_failure(self.clock(), E.coordinator_not_available) if res.on_failure else None
+                error = E.coordinator_not_available
+            if error is not E.none:
+                failed = res.on_failure(self.clock(), error) if res.on_failure else None
                 res = failed if failed is not None else CoordinatorResult(replies=res.replies)
                 if res.records:
                     await self._apply(res)
@@ -180,24 +267,48 @@ class GroupCoordinatorRuntime:
             if not token.done():
                 token.set_result(value)
 
-    def _append(self, records: list[Record]) -> list[PartitionLog]:
-        """Append the records, one batch per partition; returns the logs that want a flush now."""
+    def _append(self, records: list[Record]) -> tuple[list[PartitionLog], list[tuple[Any, int, dict[str, Any]]]]:
+        """Append the records, one batch per partition. Returns the logs that want a flush now and,
+        in a cluster, what to wait for: (partition, end offset, result) for the ISR to have."""
         self._ensure_topic()
         by_partition: dict[int, list[Record]] = defaultdict(list)
         for r in records:
             by_partition[self.partition_for(r.group_id)].append(r)
         now = self.clock()
         to_flush = []
+        waits: list[tuple[Any, int, dict[str, Any]]] = []
+        replicas = self.broker.replicas
         for partition, recs in sorted(by_partition.items()):
-            plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
+            epoch = 0
+            part = None
+            if replicas is None:
+                plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
+            else:
+                part, _ = replicas.leader_partition(GROUP_METADATA_TOPIC_NAME, partition)
+                plog = part.log if part is not None else None
+                epoch = part.leader_epoch if part is not None else 0
             if plog is None:
-                raise RuntimeError(f"no log for {GROUP_METADATA_TOPIC_NAME}-{partition}")
+                raise RuntimeError(f"this broker does not lead {GROUP_METADATA_TOPIC_NAME}-{partition}")
             buf = bytearray(codec.build_batch([(r.key, r.value) for r in recs], timestamp_ms=now))
-            plog.append(buf, rb.iter_batches(buf), leader_epoch=0)
+            plog.append(buf, rb.iter_batches(buf), leader_epoch=epoch)
             self.broker.purgatory.notify((GROUP_METADATA_TOPIC_NAME, partition))
             if plog.needs_flush():
                 to_flush.append(plog)
-        return to_flush
+            if part is not None:
+                waits.append((part, plog.log_end_offset, {"error_code": E.none}))
+        return to_flush, waits
+
+    async def _wait_replicated(self, waits: list[tuple[Any, int, dict[str, Any]]]) -> E:
+        """Until the ISR has the records (offsets.commit.timeout.ms at most). Kafka's mapping of
+        what can go wrong: a lost leadership is NOT_COORDINATOR, the rest COORDINATOR_NOT_AVAILABLE."""
+        replicas = self.broker.replicas
+        assert replicas is not None
+        timeout_s = int(getattr(self.broker.config, "offsets_commit_timeout_ms", 5000)) / 1000
+        await replicas.wait_for_acks(waits, timeout_s, {})
+        errors = {result["error_code"] for _, _, result in waits} - {E.none}
+        if not errors:
+            return E.none
+        return E.not_coordinator if E.not_leader_or_follower in errors else E.coordinator_not_available
 
     async def _call(self, op: Callable[[int, Token], CoordinatorResult]) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -274,3 +385,13 @@ def coordinator_of(broker: Any) -> GroupCoordinatorRuntime | None:
     """The broker's group coordinator once it has loaded; None means COORDINATOR_NOT_AVAILABLE."""
     runtime = getattr(broker, "group_coordinator", None)
     return runtime if runtime is not None and runtime.loaded else None
+
+
+def coordinator_for(broker: Any, group_id: str) -> tuple[GroupCoordinatorRuntime | None, E]:
+    """The group coordinator if this broker coordinates ``group_id`` now, else None and the error
+    for the client (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR)."""
+    runtime = coordinator_of(broker)
+    if runtime is None:
+        return None, E.coordinator_not_available
+    error = runtime.error_for(group_id)
+    return (runtime, E.none) if error is E.none else (None, error)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from strom.cluster.zk_layout import PartitionState
@@ -43,6 +44,9 @@ class ReplicaManager:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self._shrink_task: asyncio.Task[Any] | None = None
+        # Told (topic, partition, leader epoch) on becoming a partition's leader, and with epoch -1
+        # on ceasing to be it: the coordinators load and drop their state with it.
+        self.leadership_listeners: list[Callable[[str, int, int], None]] = []
         store.listeners.append(self._on_event)
 
     # ---- life ----------------------------------------------------------------------------------
@@ -89,6 +93,8 @@ class ReplicaManager:
             if part is not None:
                 self._stop_following(part)
                 del self.partitions[key]
+                if part.is_leader:
+                    self._tell_leadership(part, -1)
             return
         if part is None:
             plog = self._log_for(topic, p, assignment.topic_id)
@@ -106,6 +112,8 @@ class ReplicaManager:
             was = (old.leader, old.leader_epoch)
             part.state = state
             if was != (state.leader, state.leader_epoch):
+                if old.leader == self.broker_id:
+                    self._tell_leadership(part, -1)
                 self._become_follower(part, state)
         self.broker.purgatory.notify(key)  # waiting acks and fetches look again
 
@@ -134,6 +142,14 @@ class ReplicaManager:
         log.info("%s-%d: leader at epoch %d (log end %d, hw %d, isr %s)", part.topic, part.partition,
                  state.leader_epoch, part.log.log_end_offset, part.log.high_watermark, list(state.isr))
         self._after_hw_inputs_changed(part)
+        self._tell_leadership(part, state.leader_epoch)
+
+    def _tell_leadership(self, part: Partition, leader_epoch: int) -> None:
+        for listener in list(self.leadership_listeners):
+            try:
+                listener(part.topic, part.partition, leader_epoch)
+            except Exception:
+                log.exception("leadership listener failed for %s-%d", part.topic, part.partition)
 
     def _become_follower(self, part: Partition, state: PartitionState) -> None:
         self._stop_following(part)
@@ -156,7 +172,10 @@ class ReplicaManager:
     def _topic_gone(self, topic: str) -> None:
         doomed = [k for k in self.partitions if k[0] == topic]
         for key in doomed:
-            self._stop_following(self.partitions.pop(key))
+            part = self.partitions.pop(key)
+            self._stop_following(part)
+            if part.is_leader:
+                self._tell_leadership(part, -1)
             self.broker.purgatory.notify(key)
         lm = self.broker.log_manager
         if any(plog.topic == topic for plog in lm.all_logs()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -17,10 +17,14 @@ MAX_VERSION = 2
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
-    names = list(request.groups_names)
-    if coord is None:
-        results = [(g, E.coordinator_not_available) for g in names]
-    else:
-        results = await coord.delete_groups(names)
-    return {"throttle_time": 0, "results": [{"group_id": g, "error_code": e} for g, e in results]}
+    errors: dict[str, E] = {}
+    mine = []
+    coord = None
+    for g in request.groups_names:
+        found, errors[g] = coordinator_for(broker, g)
+        if found is not None:
+            coord = found
+            mine.append(g)
+    if coord is not None:
+        errors.update(await coord.delete_groups(mine))
+    return {"throttle_time": 0, "results": [{"group_id": g, "error_code": errors[g]} for g in request.groups_names]}

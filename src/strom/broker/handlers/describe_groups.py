@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -19,11 +19,11 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
     groups = []
     for group_id in request.groups:
+        coord, error = coordinator_for(broker, group_id)
         if coord is None:
-            groups.append({"group_id": group_id, "error_code": E.coordinator_not_available, "group_state": "",
+            groups.append({"group_id": group_id, "error_code": error, "group_state": "",
                            "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
             continue
         d = coord.describe_group(group_id)

@@ -25,6 +25,7 @@ log = logging.getLogger("strom.coordinator")
 
 
 def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
+    """Whether group coordination is available at all (and __consumer_offsets exists)."""
     if key_type not in (GROUP, TRANSACTION):
         return E.invalid_request, f"unsupported coordinator key type {key_type}"
     if key_type == GROUP:
@@ -39,12 +40,31 @@ def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
     return E.none, None
 
 
-def _entry(broker: Broker, error: E, message: str | None) -> dict[str, Any]:
+def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: int) -> dict[str, Any]:
+    if error is E.none and broker.cluster is not None and key_type == GROUP:
+        error, message, node = _group_coordinator_in_cluster(broker, key)
+    else:
+        node = broker.node
     if error is not E.none:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
-    node = broker.node
     return {"error_code": E.none, "error_message": None, "node_id": node.broker_id, "host": node.host,
             "port": node.port}
+
+
+def _group_coordinator_in_cluster(broker: Broker, group_id: str) -> tuple[E, str | None, Any]:
+    """The leader of the group's __consumer_offsets partition, as ZooKeeper has it."""
+    from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+
+    assert broker.cluster is not None
+    coord = coordinator_of(broker)
+    if coord is None:
+        return E.coordinator_not_available, "the group coordinator is loading", None
+    store = broker.cluster.store
+    state = store.state(GROUP_METADATA_TOPIC_NAME, coord.partition_for(group_id))
+    reg = store.brokers.get(state.leader) if state is not None else None
+    if reg is None:
+        return E.coordinator_not_available, "the group's __consumer_offsets partition has no leader", None
+    return E.none, None, reg
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -52,5 +72,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     error, message = _lookup(broker, key_type)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
-                "coordinators": [{"key": k, **_entry(broker, error, message)} for k in request.coordinator_keys]}
-    return {"throttle_time": 0, **_entry(broker, error, message)}
+                "coordinators": [{"key": k, **_entry(broker, error, message, k, key_type)}
+                                 for k in request.coordinator_keys]}
+    return {"throttle_time": 0, **_entry(broker, error, message, request.key, key_type)}

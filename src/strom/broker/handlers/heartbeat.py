@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import coordinator_of
-from strom.protocol.errors import ErrorCode as E
+from strom.coordinator.runtime import coordinator_for
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -17,9 +16,9 @@ MAX_VERSION = 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
+    coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
+        return {"throttle_time": 0, "error_code": error}
     error = coord.heartbeat(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
                             request.generation_id)
     return {"throttle_time": 0, "error_code": error}

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.api import JoinGroupRequestData, JoinGroupResult, duration_ms
-from strom.coordinator.runtime import coordinator_of
-from strom.protocol.errors import ErrorCode as E
+from strom.coordinator.runtime import coordinator_for
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -18,9 +17,9 @@ MAX_VERSION = 9
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
+    coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
-        return _response(ctx, JoinGroupResult(E.coordinator_not_available, request.member_id))
+        return _response(ctx, JoinGroupResult(error, request.member_id))
     session_ms = duration_ms(request.session_timeout)
     # v0 has one timeout: the rebalance waits as long as the session lasts.
     rebalance = getattr(request, "rebalance_timeout", None)

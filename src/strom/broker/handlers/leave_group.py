@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.api import MemberIdentity
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -23,9 +23,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     else:
         leaving = [MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
                    for m in request.members]
-    coord = coordinator_of(broker)
+    coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
-        return {"throttle_time": 0, "error_code": E.coordinator_not_available, "members": []}
+        return {"throttle_time": 0, "error_code": error, "members": []}
     result = await coord.leave_group(request.group_id, leaving)
     error = result.error
     if ctx.api_version < 3 and error is E.none and result.members:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.api import OffsetCommitPartition, OffsetCommitRequestData, PartitionError
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ MAX_VERSION = 9
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
+    coord, coord_error = coordinator_for(broker, request.group_id)
     known: list[OffsetCommitPartition] = []
     errors: dict[tuple[str, int], E] = {}
     order: list[tuple[str, int]] = []
@@ -32,7 +32,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             tp = (t.name, p.partition_index)
             order.append(tp)
             if coord is None:
-                errors[tp] = E.coordinator_not_available
+                errors[tp] = coord_error
             elif topic is None or not 0 <= p.partition_index < topic.partitions:
                 errors[tp] = E.unknown_topic_or_partition
             else:

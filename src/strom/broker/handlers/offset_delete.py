@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -17,9 +17,9 @@ MAX_VERSION = 0
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
+    coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
-        return {"error_code": E.coordinator_not_available, "throttle_time": 0, "topics": []}
+        return {"error_code": error, "throttle_time": 0, "topics": []}
     errors: dict[tuple[str, int], E] = {}
     known: list[tuple[str, int]] = []
     for t in request.topics:

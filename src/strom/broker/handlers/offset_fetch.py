@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.api import FetchedOffset
-from strom.coordinator.runtime import GroupCoordinatorRuntime, coordinator_of
+from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -21,11 +21,11 @@ MIN_VERSION = 1
 MAX_VERSION = 9
 
 
-def _fetch_group(coord: GroupCoordinatorRuntime | None, group_id: str, topics: Any) -> tuple[E, list[dict[str, Any]]]:
+def _fetch_group(broker: Broker, group_id: str, topics: Any) -> tuple[E, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    coord, error = coordinator_for(broker, group_id)
     if coord is None:
-        fetched = [FetchedOffset(t, p, error=E.coordinator_not_available) for t, p in (wanted or [])]
-        error = E.coordinator_not_available
+        fetched = [FetchedOffset(t, p, error=error) for t, p in (wanted or [])]
     else:
         fetched = coord.fetch_offsets(group_id, wanted)
         error = E.none
@@ -38,12 +38,11 @@ def _fetch_group(coord: GroupCoordinatorRuntime | None, group_id: str, topics: A
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(coord, g.group_id, g.topics)
+            error, topics = _fetch_group(broker, g.group_id, g.topics)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
-    error, topics = _fetch_group(coord, request.group_id, request.topics)
+    error, topics = _fetch_group(broker, request.group_id, request.topics)
     return {"throttle_time": 0, "topics": topics, "error_code": error}

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.api import SyncGroupRequestData, SyncGroupResult
-from strom.coordinator.runtime import coordinator_of
-from strom.protocol.errors import ErrorCode as E
+from strom.coordinator.runtime import coordinator_for
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -18,9 +17,9 @@ MAX_VERSION = 5
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord = coordinator_of(broker)
+    coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
-        return _response(SyncGroupResult(E.coordinator_not_available))
+        return _response(SyncGroupResult(error))
     req = SyncGroupRequestData(
         group_id=request.group_id,
         generation_id=request.generation_id,

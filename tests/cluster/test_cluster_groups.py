@@ -1,0 +1,72 @@
+"""Consumer groups in a cluster: the coordinator of a group is the leader of its __consumer_offsets
+partition; it moves with that leadership and the group keeps consuming, its commits intact."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from clusterproc import SESSION_TIMEOUT_MS, Cluster
+from conftest import unique
+from helpers import confluent_produce, wait_until
+
+from strom.coordinator.records import partition_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_group_survives_coordinator_failover(cluster: Cluster) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, group = unique("grp"), unique("g")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    first = [{"value": b"a%05d" % i} for i in range(300)]
+    confluent_produce(cluster.bootstrap, topic, first, {"acks": "all"})
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         "socket.timeout.ms": 6000, "topic.metadata.refresh.interval.ms": 1000})
+    seen: list[bytes] = []
+
+    def consume_until(n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(seen) < n and time.monotonic() < deadline:
+            for m in consumer.consume(500, 0.5):
+                if m.error() is None:
+                    seen.append(m.value())
+            try:
+                consumer.commit(asynchronous=False)
+            except Exception:  # nothing to commit yet, or the coordinator is moving: try again
+                pass
+        assert len(seen) >= n, f"consumed {len(seen)} of {n}"
+
+    try:
+        consumer.subscribe([topic])
+        consume_until(300, 60)
+        offsets_partition = partition_for(group, 3)
+        coordinator = cluster.wait_leader("__consumer_offsets", offsets_partition)
+        cluster.brokers[coordinator].kill()
+        cluster.wait_leader("__consumer_offsets", offsets_partition, not_in={coordinator},
+                            timeout=SESSION_TIMEOUT_MS / 1000 + 15)
+        confluent_produce(cluster.bootstrap, topic, [{"value": b"b%05d" % i} for i in range(300)], {"acks": "all"})
+        consume_until(600, 90)
+
+        def committed_all() -> bool:
+            parts = consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+            return sum(tp.offset for tp in parts if tp.offset >= 0) == 600
+
+        wait_until(committed_all, 30, interval=0.5, what="every record's offset committed")
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted([r["value"] for r in first] + [b"b%05d" % i for i in range(300)])
+
+    # A new member of the group starts where the group left off: the commits survived.
+    cluster.brokers[coordinator].start(timeout=60)
+    again = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        parts = again.committed([TopicPartition(topic, p) for p in range(3)], timeout=15)
+        assert sum(tp.offset for tp in parts) == 600
+    finally:
+        again.close()
