@@ -133,3 +133,43 @@ def test_unclean_election_off_keeps_partition_offline(cluster: Cluster) -> None:
     assert values == [d.value for d in acked + more]
     cluster.wait_full_isr(topic, 1, timeout=60)
     wait_replicas_identical(cluster, topic, 1)
+
+
+def test_controlled_shutdown_hands_leadership_over_quickly(cluster: Cluster) -> None:
+    """SIGTERM: the broker's leaderships move before it exits, so the producer sees only retriable
+    errors and no gap of a session timeout."""
+    topic = unique("ctlshut")
+    _create(cluster, topic, 1)
+    cluster.wait_full_isr(topic, 1)
+    with StreamingProducer(cluster, topic, rate_per_s=400) as producer:
+        wait_until(lambda: producer.acks.count() > 100, 30, what="acknowledged records")
+        victim = cluster.leader(topic, 0)
+        started = time.monotonic()
+        assert cluster.brokers[victim].stop() == 0
+        stop_took = time.monotonic() - started
+        assert cluster.leader(topic, 0) != victim
+        before = producer.acks.count()
+        wait_until(lambda: producer.acks.count() > before + 100, 30, what="acks from the new leader")
+    assert stop_took < SESSION_TIMEOUT_MS / 1000, f"a controlled shutdown took {stop_took:.1f}s"
+    assert any("leaderships handed over" in line for line in cluster.brokers[victim].log_lines)
+    assert not producer.acks.errors, producer.acks.errors[:5]
+    assert check_acknowledged(cluster, topic, 1, producer.acks) == producer.sent
+
+
+def test_rolling_restart_under_load(cluster: Cluster) -> None:
+    """Every broker restarted in turn (SIGTERM, start, back in the ISR) while a producer writes:
+    nothing acknowledged is lost and the replicas end identical."""
+    topic = unique("rolling")
+    _create(cluster, topic, 3)
+    cluster.wait_full_isr(topic, 3)
+    with StreamingProducer(cluster, topic, rate_per_s=300) as producer:
+        for broker_id in sorted(cluster.brokers):
+            wait_until(lambda: producer.acks.count() > 50, 30, what="acknowledged records")
+            assert cluster.brokers[broker_id].stop() == 0
+            cluster.brokers[broker_id].start(timeout=60)
+            cluster.wait_full_isr(topic, 3, timeout=60)
+        before = producer.acks.count()
+        wait_until(lambda: producer.acks.count() > before + 100, 30, what="acks after the rolling restart")
+    assert not producer.acks.errors, producer.acks.errors[:5]
+    assert check_acknowledged(cluster, topic, 3, producer.acks) == producer.sent
+    wait_replicas_identical(cluster, topic, 3)

@@ -73,6 +73,33 @@ class ClusterNode:
         if self.store.controller_id == -1:
             await self.controller.elect()
 
+    async def _controlled_shutdown(self, timeout_s: float = 15.0) -> None:
+        """Ask the controller to move this broker's leaderships, and serve until they have moved
+        (or the time is up): clients see NOT_LEADER_OR_FOLLOWER and move on, nothing times out."""
+        assert self.replicas is not None
+        replicas = self.replicas
+        started = asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(self.store.run(self.store.request_controlled_shutdown), 5)
+        except Exception as e:
+            log.warning("controlled shutdown: could not reach ZooKeeper (%s); stopping anyway", e)
+            return
+
+        def movable() -> list[str]:
+            # Led partitions that another live in-sync replica could take over.
+            live = set(self.store.brokers) - {self.broker.config.broker_id}
+            return [f"{p.topic}-{p.partition}" for p in replicas.partitions.values()
+                    if p.is_leader and any(b in live for b in p.isr if b != p.broker_id)]
+
+        while (left := movable()) and asyncio.get_running_loop().time() - started < timeout_s:
+            await asyncio.sleep(0.02)
+        took = asyncio.get_running_loop().time() - started
+        if left:
+            log.warning("controlled shutdown: %d leaderships not moved after %.1f s: %s", len(left), took, left[:10])
+        else:
+            log.info("controlled shutdown: leaderships handed over in %.0f ms (%d still led here: no other "
+                     "in-sync replica)", took * 1000, replicas.led())
+
     def _on_event(self, event: ClusterEvent) -> None:
         if event.kind == "session":
             # A new session: our registration vanished with the old one. Register again; we come
@@ -88,6 +115,8 @@ class ClusterNode:
 
     async def shutdown(self) -> None:
         store = self.store
+        if self.broker.config.controlled_shutdown_enable and self.replicas is not None:
+            await self._controlled_shutdown()
         try:
             await asyncio.wait_for(store.run(store.deregister), 5)
         except Exception as e:

@@ -43,19 +43,22 @@ class Controller:
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self._known_brokers: dict[int, int] = {}  # broker id -> registration czxid, as last handled
-        self.shutting_down: set[int] = set()  # brokers in a controlled shutdown: lead nothing
         store.listeners.append(self._on_event)
 
     # ---- election ---------------------------------------------------------------------------
 
     def _on_event(self, event: ClusterEvent) -> None:
-        if event.kind in ("controller", "session"):
-            if self.store.controller_id == -1 or event.kind == "session":
+        if event.kind == "session":
+            # Our session expired: /controller went with it if it was ours. Stand again.
+            if self.active:
+                self._resign()
+            self.spawn(self.elect())
+        elif event.kind == "controller":
+            if self.store.controller_id == -1:
                 self.spawn(self.elect())
             elif self.store.controller_id != self.broker_id and self.active:
                 self._resign()
-            return
-        if self.active:
+        elif self.active:
             self._dirty.set()
 
     async def elect(self) -> None:
@@ -132,7 +135,9 @@ class Controller:
         live = {b: r.epoch for b, r in store.brokers.items()}
         bounced = {b for b, e in live.items() if b in self._known_brokers and self._known_brokers[b] != e}
         # A bounced broker is handled as failed (leaders moved away, out of ISRs) and then as new.
-        usable = set(live) - bounced - self.shutting_down
+        # A broker in a controlled shutdown is alive but leads nothing it can hand over.
+        leaving = store.shutting_down & set(live)
+        usable = set(live) - bounced - leaving
         deletes = await store.run(self._pending_deletes)
         for name in deletes:
             await store.run(self._delete_topic, name)
@@ -141,7 +146,7 @@ class Controller:
                 continue
             for p, replicas in sorted(assignment.replicas.items()):
                 current = store.state(name, p)
-                new = self._next_state(name, replicas, current, usable, set(live) - bounced)
+                new = self._next_state(name, replicas, current, usable, set(live) - bounced, leaving)
                 if new is not None:
                     await store.run(self._write_state, name, p, current, new)
         self._known_brokers = live
@@ -149,7 +154,7 @@ class Controller:
             self._dirty.set()  # a second pass lets the bounced brokers back in as new ones
 
     def _next_state(self, topic: str, replicas: list[int], current: PartitionState | None,
-                    usable: set[int], alive: set[int]) -> PartitionState | None:
+                    usable: set[int], alive: set[int], leaving: set[int]) -> PartitionState | None:
         """The state this partition should move to, or None when it is right as it is."""
         if current is None:
             live_replicas = [b for b in replicas if b in usable]
@@ -158,6 +163,9 @@ class Controller:
             return PartitionState(live_replicas[0], 0, tuple(live_replicas), self.epoch)
         leader_ok = current.leader in usable and current.leader in replicas
         isr = tuple(b for b in current.isr if b in alive and b in replicas)
+        if leader_ok and any(b in leaving for b in isr) and len(isr) > 1:
+            # A follower about to stop leaves the ISR now, so acks=all does not wait for it.
+            isr = tuple(b for b in isr if b not in leaving) or isr
         if leader_ok:
             if isr == current.isr or current.leader not in isr:
                 return None
@@ -168,6 +176,8 @@ class Controller:
             leader = candidates[0]
             new_isr = tuple(b for b in isr if b in usable or b == leader) or (leader,)
             return PartitionState(leader, current.leader_epoch + 1, new_isr, self.epoch, current.zk_version)
+        if current.leader in leaving:
+            return None  # no other in-sync replica to take over: it leads until it stops
         live_replicas = [b for b in replicas if b in usable]
         if live_replicas and self.unclean_allowed(topic):
             leader = live_replicas[0]

@@ -12,6 +12,7 @@ to anyone who knows Kafka's:
   /config/topics/<topic>, /config/brokers/<id>|<default>   {"version":1,"config":{..}}
   /admin/delete_topics/<topic>                      a deletion request for the controller
   /latest_producer_id_block                         {"version":1,"broker":N,"block_start":"..","block_end":".."}
+  /strom/controlled_shutdown/<id>    (ephemeral)    a broker handing its leaderships away before it stops
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+# strom's own: a broker in a controlled shutdown (SIGTERM) says so here (ephemeral), and the
+# controller moves its leaderships away (Kafka sent a ControlledShutdown request instead).
+CONTROLLED_SHUTDOWN = "/strom/controlled_shutdown"
 DEFAULT_BROKER_CONFIG = "<default>"  # Kafka's name for the cluster-wide broker config resource
 
 # The paths every cluster needs before anything else happens (Kafka's ZkData.PersistentZkPaths).
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers",
-                    "/config/changes", "/admin/delete_topics", "/cluster")
+                    "/config/changes", "/admin/delete_topics", "/cluster", CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -44,6 +48,10 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def topic_path(topic: str) -> str:

@@ -43,8 +43,8 @@ class ZooKeeperUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class ClusterEvent:
     """What changed: "brokers", "controller", "topic" (assignment), "state", "topic_config",
-    "broker_config", "delete_topics" (a deletion was requested), "session" (a new ZooKeeper
-    session: ephemeral nodes are gone)."""
+    "broker_config", "delete_topics" (a deletion was requested), "controlled_shutdown" (a broker
+    asks to hand its leaderships away), "session" (a new ZooKeeper session: ephemeral nodes are gone)."""
 
     kind: str
     topic: str | None = None
@@ -75,6 +75,7 @@ class ZkMetadataStore:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
         self.controller_id = -1
+        self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self.listeners: list[Callable[[ClusterEvent], None]] = []
@@ -112,6 +113,7 @@ class ZkMetadataStore:
         self.zk.ChildrenWatch(zl.TOPICS, self._topics_changed)
         self.zk.DataWatch(zl.CONTROLLER, self._controller_changed)
         self.zk.ChildrenWatch(zl.DELETE_TOPICS, self._deletes_requested)
+        self.zk.ChildrenWatch(zl.CONTROLLED_SHUTDOWN, self._shutdowns_changed)
         for name in ("", str(self.broker_id)):
             self.zk.DataWatch(zl.broker_config_path(name), self._broker_config_watch(name))
 
@@ -196,6 +198,14 @@ class ZkMetadataStore:
     def _deletes_requested(self, children: list[str]) -> None:
         if children:
             self._post(ClusterEvent("delete_topics"))
+
+    def _shutdowns_changed(self, children: list[str]) -> None:
+        leaving = {int(c) for c in children if c.isdigit()}
+
+        def update() -> None:
+            self.shutting_down = leaving
+
+        self._post(ClusterEvent("controlled_shutdown"), update)
 
     def _controller_changed(self, data: bytes | None, stat: Any) -> None:
         cid = zl.decode_controller(data) if data else -1
@@ -437,6 +447,11 @@ class ZkMetadataStore:
     def reregister(self) -> None:
         if self._registration is not None:
             self.register_broker(self._registration, self.session_timeout_ms / 1000 + 5)
+
+    def request_controlled_shutdown(self) -> None:
+        """Blocking: ask the controller to move this broker's leaderships away."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zl.controlled_shutdown_path(self.broker_id), b"", ephemeral=True, makepath=True)
 
     def deregister(self) -> None:
         """Blocking: remove our registration (a clean stop; the controller moves leaders at once)."""
