@@ -162,10 +162,11 @@ class Broker:
             await loop.run_in_executor(None, self.log_manager.checkpoint)
 
     async def serve_forever(self) -> None:
-        await self.start()
         loop = asyncio.get_running_loop()
+        # Before start: a SIGTERM that comes as soon as the broker says it is ready stops it cleanly.
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
+        await self.start()
         await self._stopping.wait()
         await self.stop()
 
