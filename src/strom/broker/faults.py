@@ -96,7 +96,8 @@ class FaultInjector:
                 answer = {"ok": False, "error": str(e)}
             writer.write(json.dumps(answer).encode() + b"\n")
             await writer.drain()
-        # The test process closed the channel or is gone: a broker it started must not outlive it.
+        # strom.testing closes the channel to stop the broker, and so does its process ending: a
+        # broker started by a test must not outlive it.
         log.info("fault-injection control channel closed: stopping")
         self.broker.request_stop()
 
