@@ -64,6 +64,23 @@ def test_refused_config_raises_at_once_naming_the_key() -> None:
     assert broker.pid is None and broker.data_dir is None  # nothing left behind
 
 
+def test_the_port_and_the_directory_are_not_config() -> None:
+    with pytest.raises(ValueError, match="chooses listeners, log.dirs itself"):
+        EmbeddedBroker({"listeners": "PLAINTEXT://127.0.0.1:9092", "log.dirs": "/tmp/x"})
+
+
+def test_start_again_after_stop_gets_a_new_directory() -> None:
+    broker = EmbeddedBroker()
+    with broker:
+        first_dir = broker.data_dir
+        broker.create_topic("gone")
+    assert first_dir is not None and not first_dir.exists()
+    with broker:
+        assert broker.data_dir != first_dir
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        assert "gone" not in admin.list_topics(timeout=10).topics  # a new broker, not the old data
+
+
 def test_test_defaults_and_overrides() -> None:
     with EmbeddedBroker({"num.partitions": "3", "admin.listeners": "http://127.0.0.1:0"}) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})

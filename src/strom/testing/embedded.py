@@ -38,6 +38,8 @@ TEST_DEFAULTS: dict[str, str] = {
     "admin.listeners": "",  # no HTTP listener unless asked for
 }
 
+_OWNED = frozenset({"listeners", "log.dirs", "log.dir"})
+
 
 class BrokerStartError(RuntimeError):
     """The broker did not start: its own last words (for a refused config, the line naming the key)."""
@@ -65,6 +67,9 @@ class EmbeddedBroker:
     """
 
     def __init__(self, config: Mapping[str, str] | None = None, *, start_timeout: float = 30.0) -> None:
+        owned = sorted(set(config or {}) & _OWNED)
+        if owned:
+            raise ValueError(f"EmbeddedBroker chooses {', '.join(owned)} itself (a free port, a new directory)")
         self.config: dict[str, str] = {**TEST_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
         self.start_timeout = start_timeout
         self.port: int = 0
@@ -106,7 +111,7 @@ class EmbeddedBroker:
             # Even if nobody calls stop() (a forgotten broker): when collected, or at interpreter exit.
             self._finalizer = weakref.finalize(self, _cleanup, self._live, self.data_dir)
         try:
-            self._spawn()
+            self._spawn(port=0)  # a free port, chosen by the broker when it binds: no race for it
         except BaseException:
             self.stop()
             raise
@@ -127,7 +132,7 @@ class EmbeddedBroker:
         """Stop and start again on the same port with the same data. ``hard``: SIGKILL first, so
         the broker gets no chance to flush or checkpoint (acknowledged records survive either way)."""
         self._terminate(hard=hard)
-        self._spawn()
+        self._spawn(port=self.port)
 
     def pause(self) -> None:
         """Freeze the broker (SIGSTOP): connections stay open, nothing is answered."""
@@ -178,29 +183,30 @@ class EmbeddedBroker:
 
     # ------------------------------------------------------------------ the child process
 
-    def _command_line(self) -> list[str]:
+    def _command_line(self, port: int) -> list[str]:
         assert self.data_dir is not None
-        settings = {**self.config, "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        settings = {**self.config, "listeners": f"PLAINTEXT://127.0.0.1:{port}",
                     "log.dirs": str(self.data_dir)}
         cmd = [sys.executable, "-m", "strom.testing._broker_main", "broker"]
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd
 
-    def _spawn(self) -> None:
+    def _spawn(self, port: int) -> None:
         # The control channel: our loopback port and a fresh token, known only to the child.
         listener = socket.create_server(("127.0.0.1", 0))
         token = secrets.token_hex(16)
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
                CONTROL_ENV: f"127.0.0.1:{listener.getsockname()[1]}:{token}"}
         ready = threading.Event()
-        port: list[int] = []
+        bound: list[int] = []
         start = self.log_position
         try:
-            self._proc = subprocess.Popen(self._command_line(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, env=env)
+            # A session of its own: the terminal's Ctrl-C goes to pytest, which stops the broker.
+            self._proc = subprocess.Popen(self._command_line(port), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
             self._live[0] = self._proc
-            self._reader = threading.Thread(target=self._pump, args=(self._proc.stdout, ready, port),
+            self._reader = threading.Thread(target=self._pump, args=(self._proc.stdout, ready, bound),
                                             name=f"strom-broker-log-{self._proc.pid}", daemon=True)
             self._reader.start()
             deadline = time.monotonic() + self.start_timeout
@@ -221,7 +227,7 @@ class EmbeddedBroker:
             raise
         finally:
             listener.close()  # one child, one connection: nothing else may reach this port later
-        self.port = port[0]
+        self.port = bound[0]
 
     @staticmethod
     def _accept(listener: socket.socket, token: str, pid: int) -> tuple[socket.socket | None, Any]:
