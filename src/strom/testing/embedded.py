@@ -59,8 +59,9 @@ class Record:
 
 
 class EmbeddedBroker:
-    """A strom broker as a child process (``python -m strom broker``) on a free 127.0.0.1 port,
-    with its data in a new temporary directory. Use it as a context manager, or start() and stop().
+    """A strom broker as a child process (the strom CLI's ``broker`` command, as ``python -m strom
+    broker`` runs it; see _broker_main) on a free 127.0.0.1 port, with its data in a new temporary
+    directory. Use it as a context manager, or start() and stop().
 
     ``config`` takes Kafka's property names (``{"num.partitions": "3"}``); they win over the test
     defaults above. On stop the process is gone, the port closed and the directory removed.
@@ -118,7 +119,7 @@ class EmbeddedBroker:
         return self
 
     def stop(self) -> None:
-        """Stop the broker cleanly (SIGTERM; SIGKILL after 30 s), and remove its data directory."""
+        """Stop the broker cleanly (SIGKILL if it has not stopped after 30 s) and remove its data directory."""
         self._close_clients()
         self._terminate(hard=False)
         if self.data_dir is not None:
@@ -131,6 +132,8 @@ class EmbeddedBroker:
     def restart(self, hard: bool = False) -> None:
         """Stop and start again on the same port with the same data. ``hard``: SIGKILL first, so
         the broker gets no chance to flush or checkpoint (acknowledged records survive either way)."""
+        if self.data_dir is None:
+            raise RuntimeError("the broker was never started (or is stopped): nothing to restart")
         self._terminate(hard=hard)
         self._spawn(port=self.port)
 
@@ -165,6 +168,7 @@ class EmbeddedBroker:
             return self._dropped_lines + len(self._lines)
 
     def log_since(self, position: int = 0) -> list[str]:
+        """The broker's log lines from ``position`` on (all of them from 0, restarts included)."""
         with self._lock:
             return self._lines[max(0, position - self._dropped_lines):]
 
@@ -243,7 +247,8 @@ class EmbeddedBroker:
         except (OSError, ValueError):
             hello = {}
         if hello.get("hello") != token or hello.get("pid") != pid:
-            conn.close()  # not our child
+            file.close()  # not our child: hang up
+            conn.close()
             return None, None
         conn.settimeout(30)
         return conn, file
@@ -302,7 +307,10 @@ class EmbeddedBroker:
             raise RuntimeError("the broker is paused: resume() it first")
         assert self._control is not None and self._control_file is not None
         self._control.sendall(json.dumps(message).encode() + b"\n")
-        answer: dict[str, Any] = json.loads(self._control_file.readline() or b'{"ok": false, "error": "no answer"}')
+        line = self._control_file.readline()
+        if not line:
+            raise RuntimeError("the broker closed its control channel (did it stop?)")
+        answer: dict[str, Any] = json.loads(line)
         if not answer.get("ok"):
             raise ValueError(answer.get("error", "refused"))
         return answer
@@ -404,8 +412,11 @@ class EmbeddedBroker:
                     headers: Any = msg.headers() or []
                     out.append(Record(topic, p, offset, _as_bytes(msg.key()), _as_bytes(msg.value()),
                                       [(k, _as_bytes(v)) for k, v in headers], msg.timestamp()[1]))
-                    if offset + 1 >= wanted[p]:
-                        del wanted[p]
+                # Done with a partition when the consumer's position reaches the end it had: offsets
+                # can be missing before it (compaction), so counting records would not do.
+                for tp in consumer.position([TopicPartition(topic, p) for p in wanted]):
+                    if tp.offset >= wanted[tp.partition]:
+                        del wanted[tp.partition]
             out.sort(key=lambda r: (r.partition, r.offset))
             return out
         finally:
