@@ -216,6 +216,8 @@ def test_inject_error_refuses_unknown_names(strom_broker_factory: Factory) -> No
         broker.inject_error("Prodce", "NOT_LEADER_OR_FOLLOWER")
     with pytest.raises(ValueError, match="unknown error 'NOT_A_LEADER'"):
         broker.inject_error("Produce", "NOT_A_LEADER")
+    with pytest.raises(ValueError, match="NONE is no error"):
+        broker.inject_error("Produce", "NONE")
     with pytest.raises(ValueError, match="count must be at least 1"):
         broker.inject_error("Produce", "NOT_LEADER_OR_FOLLOWER", count=0)
     broker.create_topic("still-fine")  # nothing was queued

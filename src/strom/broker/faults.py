@@ -121,6 +121,8 @@ class FaultInjector:
             code = ErrorCode[error.lower()]
         except KeyError:
             raise ValueError(f"unknown error {error!r} (Kafka's names, e.g. NOT_LEADER_OR_FOLLOWER)") from None
+        if code == ErrorCode.none:
+            raise ValueError("NONE is no error: name the error to inject")
         if count < 1:
             raise ValueError(f"count must be at least 1, not {count}")
         self.errors.setdefault(handler.api_key, collections.deque()).append([int(code), count])
