@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -54,10 +55,19 @@ def broker(ctx: click.Context, config_path: Path | None, overrides: tuple[str, .
     except ConfigError as e:
         click.echo(f"strom: {e}", err=True)
         sys.exit(2)
-    from strom.admin.server import attach
+    from strom.broker.faults import attach_from_environment
     from strom.broker.server import run_broker
 
-    run_broker(config, setup=attach)
+    def setup(b: Any) -> None:
+        if b.config.admin_listeners:
+            from strom.admin.server import attach  # aiohttp & co. only for a broker that serves HTTP
+
+            attach(b)
+        else:
+            logging.getLogger("strom.admin").info("admin listener disabled (admin.listeners is empty)")
+        attach_from_environment(b)  # only a broker strom.testing started (see broker/faults.py)
+
+    run_broker(config, setup=setup)
 
 
 def _register_commands() -> None:
