@@ -51,7 +51,11 @@ class ClusterNode:
         broker = self.broker
         self.replicas = broker.replicas = ReplicaManager(broker, self.store)
         self.replicas.start()
-        self.controller = Controller(self.store, broker.config.broker_id, self._unclean_allowed, broker.spawn)
+        cfg = broker.config
+        self.controller = Controller(self.store, cfg.broker_id, self._unclean_allowed, broker.spawn)
+        self.controller.auto_rebalance = cfg.auto_leader_rebalance_enable
+        self.controller.rebalance_interval_s = float(str(cfg.get("leader.imbalance.check.interval.seconds")))
+        self.controller.imbalance_percentage = int(str(cfg.get("leader.imbalance.per.broker.percentage")))
 
     def _unclean_allowed(self, topic: str) -> bool:
         info = self.store.get_topic(topic)

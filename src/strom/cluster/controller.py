@@ -26,6 +26,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from strom.cluster import zk_layout as zl
 from strom.cluster.zk_layout import PartitionState
 from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
+from strom.protocol.errors import ErrorCode as E
 
 log = logging.getLogger("strom.controller")
 
@@ -43,6 +44,11 @@ class Controller:
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self._known_brokers: dict[int, int] = {}  # broker id -> registration czxid, as last handled
+        self._lock = asyncio.Lock()  # one pass or admin action (elections, reassignments) at a time
+        self._rebalance_task: asyncio.Task[Any] | None = None
+        self.rebalance_interval_s = 300.0
+        self.imbalance_percentage = 10
+        self.auto_rebalance = False
         store.listeners.append(self._on_event)
 
     # ---- election ---------------------------------------------------------------------------
@@ -82,6 +88,8 @@ class Controller:
         self._dirty.set()
         if self._task is None or self._task.done():
             self._task = self.spawn(self._run())
+        if self.auto_rebalance and (self._rebalance_task is None or self._rebalance_task.done()):
+            self._rebalance_task = self.spawn(self._rebalance_loop())
 
     def _bump_epoch(self) -> tuple[int, int]:
         zk = self.store.zk
@@ -108,9 +116,10 @@ class Controller:
 
     async def stop(self) -> None:
         self.active = False
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._rebalance_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     # ---- the reconciling pass ---------------------------------------------------------------
 
@@ -121,7 +130,8 @@ class Controller:
             if not self.active:
                 break
             try:
-                await self.reconcile()
+                async with self._lock:
+                    await self.reconcile()
             except _Fenced:
                 log.warning("controller epoch %d was superseded; resigning", self.epoch)
                 self._resign()
@@ -149,6 +159,8 @@ class Controller:
                 new = self._next_state(name, replicas, current, usable, set(live) - bounced, leaving)
                 if new is not None:
                     await store.run(self._write_state, name, p, current, new)
+            if assignment.adding or assignment.removing:
+                await self._complete_reassignments(name, usable)
         self._known_brokers = live
         if bounced:
             self._dirty.set()  # a second pass lets the bounced brokers back in as new ones
@@ -214,6 +226,164 @@ class Controller:
         # The state changed under us (a leader's ISR update, or made by a pass before): the watch
         # brings the new state, and with it another pass.
         log.debug("%s-%d: state write refused (%s); will look again", topic, partition, results[1])
+    # ---- preferred leaders (ElectLeaders, auto.leader.rebalance.enable) -------------------------
+
+    async def elect_leaders(self, partitions: list[tuple[str, int]], unclean: bool) -> dict[tuple[str, int], tuple[E, str | None]]:
+        """ElectLeaders: PREFERRED moves each partition's leadership to its first replica when that
+        one is live and in sync; UNCLEAN elects any live replica of a partition without a live leader
+        and in-sync replica. Answers per partition (Kafka's errors)."""
+        results: dict[tuple[str, int], tuple[E, str | None]] = {}
+        async with self._lock:
+            store = self.store
+            live = set(store.brokers) - store.shutting_down
+            for topic, p in partitions:
+                assignment = store.assignments.get(topic)
+                state = store.state(topic, p)
+                if assignment is None or p not in assignment.replicas or state is None:
+                    results[(topic, p)] = (E.unknown_topic_or_partition, None)
+                    continue
+                replicas = assignment.replicas[p]
+                if unclean:
+                    if state.leader in live:
+                        results[(topic, p)] = (E.election_not_needed, None)
+                        continue
+                    candidates = [b for b in replicas if b in live]
+                    if not candidates:
+                        results[(topic, p)] = (E.eligible_leaders_not_available, "no live replica")
+                        continue
+                    in_sync = [b for b in candidates if b in state.isr]
+                    leader = (in_sync or candidates)[0]
+                    isr = tuple(b for b in state.isr if b in live) if in_sync else (leader,)
+                else:
+                    leader = replicas[0]
+                    if state.leader == leader:
+                        results[(topic, p)] = (E.election_not_needed, None)
+                        continue
+                    if leader not in live or leader not in state.isr:
+                        results[(topic, p)] = (E.preferred_leader_not_available,
+                                               f"preferred replica {leader} is not live and in sync")
+                        continue
+                    isr = state.isr
+                new = PartitionState(leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version)
+                try:
+                    await store.run(self._write_state, topic, p, state, new)
+                    results[(topic, p)] = (E.none, None)
+                except _Fenced:
+                    results[(topic, p)] = (E.not_controller, None)
+        return results
+
+    def preferred_imbalance(self) -> list[tuple[str, int]]:
+        """Partitions to move back to their preferred leader: those of every broker whose share of
+        preferred partitions led elsewhere is above leader.imbalance.per.broker.percentage."""
+        store = self.store
+        by_broker: dict[int, list[tuple[str, int, bool]]] = {}
+        for name, assignment in store.assignments.items():
+            for p, replicas in assignment.replicas.items():
+                state = store.state(name, p)
+                if not replicas or state is None:
+                    continue
+                by_broker.setdefault(replicas[0], []).append((name, p, state.leader == replicas[0]))
+        out = []
+        live = set(store.brokers) - store.shutting_down
+        for broker_id, parts in by_broker.items():
+            if broker_id not in live:
+                continue
+            elsewhere = [(t, p) for t, p, led in parts if not led]
+            if parts and len(elsewhere) * 100 > self.imbalance_percentage * len(parts):
+                out += [(t, p) for t, p in elsewhere
+                        if (s := store.state(t, p)) is not None and broker_id in s.isr]
+        return out
+
+    async def _rebalance_loop(self) -> None:
+        while self.active:
+            await asyncio.sleep(self.rebalance_interval_s)
+            moving = self.preferred_imbalance()
+            if moving and self.active:
+                log.info("moving %d partitions back to their preferred leaders", len(moving))
+                await self.elect_leaders(moving, unclean=False)
+
+    # ---- reassignment (AlterPartitionReassignments) ------------------------------------------
+
+    async def reassign(self, topic: str, partition: int, target: list[int] | None) -> tuple[E, str | None]:
+        """Start (or with ``target`` None cancel) moving a partition's replicas, as Kafka's KIP-455:
+        the replicas become target + original, the new ones catch up and join the ISR, then the
+        partition keeps only the target replicas (a leader outside them hands over first)."""
+        async with self._lock:
+            store = self.store
+            assignment = store.assignments.get(topic)
+            if assignment is None or partition not in assignment.replicas:
+                return E.unknown_topic_or_partition, None
+            current = assignment.replicas[partition]
+            adding = assignment.adding.get(partition, [])
+            original = [b for b in current if b not in adding]
+            if target is None:
+                if not adding and not assignment.removing.get(partition):
+                    return E.no_reassignment_in_progress, None
+                new_replicas, new_adding, new_removing = original, [], []
+            else:
+                if not target or len(set(target)) != len(target):
+                    return E.invalid_replica_assignment, "replicas must be distinct and not empty"
+                unknown = [b for b in target if b not in store.brokers]
+                if unknown:
+                    return E.invalid_replica_assignment, f"brokers {unknown} are not registered"
+                new_replicas = target + [b for b in original if b not in target]
+                new_adding = [b for b in target if b not in original]
+                new_removing = [b for b in original if b not in target]
+            await store.run(self._write_assignment, topic, partition, new_replicas, new_adding, new_removing)
+            log.info("%s-%d: reassigning %s -> %s", topic, partition, current, target if target is not None else original)
+        self._dirty.set()
+        return E.none, None
+
+    async def _complete_reassignments(self, topic: str, usable: set[int]) -> None:
+        """Finish each reassignment whose target replicas are all in the ISR."""
+        store = self.store
+        assignment = store.assignments.get(topic)
+        if assignment is None:
+            return
+        for p in sorted(set(assignment.adding) | set(assignment.removing)):
+            removing = assignment.removing.get(p, [])
+            target = [b for b in assignment.replicas[p] if b not in removing]
+            state = store.state(topic, p)
+            if state is None or not all(b in state.isr for b in target):
+                continue
+            if state.leader not in target:
+                leaders = [b for b in target if b in usable]
+                if not leaders:
+                    continue
+                new = PartitionState(leaders[0], state.leader_epoch + 1, tuple(b for b in state.isr if b in target),
+                                     self.epoch, state.zk_version)
+                await store.run(self._write_state, topic, p, state, new)
+            elif any(b not in target for b in state.isr):
+                new = PartitionState(state.leader, state.leader_epoch, tuple(b for b in state.isr if b in target),
+                                     self.epoch, state.zk_version)
+                await store.run(self._write_state, topic, p, state, new)
+            await store.run(self._write_assignment, topic, p, target, [], [])
+            log.info("%s-%d: reassignment done, replicas %s", topic, p, target)
+
+    def _write_assignment(self, topic: str, partition: int, replicas: list[int], adding: list[int],
+                          removing: list[int]) -> None:
+        """Blocking: one partition's replicas in the topic node, fenced like every controller write."""
+        zk = self.store.zk
+        data, stat = zk.get(zl.topic_path(topic))
+        current = zl.decode_topic(topic, data)
+
+        def put(d: dict[int, list[int]], value: list[int]) -> dict[int, list[int]]:
+            out = {k: v for k, v in d.items() if k != partition}
+            if value:
+                out[partition] = value
+            return out
+
+        new = zl.TopicAssignment(topic, current.topic_id, {**current.replicas, partition: replicas},
+                                 put(current.adding, adding), put(current.removing, removing))
+        txn = zk.transaction()
+        txn.check(zl.CONTROLLER_EPOCH, self._epoch_version)
+        txn.set_data(zl.topic_path(topic), zl.encode_topic(new), version=stat.version)
+        results = txn.commit()
+        if isinstance(results[0], BadVersionError):
+            raise _Fenced()
+        if any(isinstance(r, Exception) for r in results):
+            raise RuntimeError(f"{topic}: the topic node changed meanwhile ({results[1]!r})")
+
     # ---- topic deletion ---------------------------------------------------------------------
 
     def _pending_deletes(self) -> list[str]:

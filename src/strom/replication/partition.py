@@ -90,13 +90,11 @@ class Partition:
             return True
         return False
 
-    def isr_to_expand(self) -> list[int]:
-        """Followers out of the ISR whose logs reach the high watermark and this epoch's start."""
-        plog = self.log
-        epoch_start = self._epoch_start()
-        return [b for b, f in self.followers.items()
-                if b not in self.state.isr and b in self.replicas
-                and f.log_end_offset >= plog.high_watermark and f.log_end_offset >= epoch_start]
+    def can_join_isr(self, replica_id: int) -> bool:
+        """A follower out of the ISR whose log reaches the high watermark and this epoch's start."""
+        f = self.followers.get(replica_id)
+        return (f is not None and replica_id not in self.state.isr and replica_id in self.replicas
+                and f.log_end_offset >= self.log.high_watermark and f.log_end_offset >= self._epoch_start())
 
     def isr_to_shrink(self, now_ms: int, lag_max_ms: int) -> list[int]:
         return [b for b in self.state.isr if b != self.broker_id

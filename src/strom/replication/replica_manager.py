@@ -91,10 +91,12 @@ class ReplicaManager:
         part = self.partitions.get(key)
         if self.broker_id not in replicas:
             if part is not None:
+                # Reassigned away: stop, and delete this replica (Kafka's StopReplica with delete).
                 self._stop_following(part)
                 del self.partitions[key]
                 if part.is_leader:
                     self._tell_leadership(part, -1)
+                self._delete_replica(topic, p)
             return
         if part is None:
             plog = self._log_for(topic, p, assignment.topic_id)
@@ -169,6 +171,14 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.remove(part.key)
 
+    def _delete_replica(self, topic: str, p: int) -> None:
+        lm = self.broker.log_manager
+        if lm.get_log(topic, p) is None:
+            return
+        path = lm.delete_partition(topic, p)
+        self.broker.spawn(asyncio.get_running_loop().run_in_executor(None, lm.remove_dirs, [path]))
+        log.info("%s-%d: replica removed from this broker", topic, p)
+
     def _topic_gone(self, topic: str) -> None:
         doomed = [k for k in self.partitions if k[0] == topic]
         for key in doomed:
@@ -206,16 +216,18 @@ class ReplicaManager:
         return part, E.none
 
     def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: its log reaches there."""
+        """A follower fetched from ``fetch_offset``: its log reaches there. Only a fetch brings a
+        follower back into the ISR (as in Kafka): what a dead broker fetched last never does, and
+        neither does a broker in a controlled shutdown (the controller just took it out)."""
         part.update_follower(replica_id, fetch_offset, now_ms())
         self._after_hw_inputs_changed(part)
+        if part.can_join_isr(replica_id) and replica_id in self.store.brokers \
+                and replica_id not in self.store.shutting_down:
+            self._change_isr(part, (*part.isr, replica_id), "expand")
 
     def _after_hw_inputs_changed(self, part: Partition) -> None:
         if part.maybe_advance_high_watermark():
             self.broker.purgatory.notify(part.key)
-        expand = part.isr_to_expand()
-        if expand:
-            self._change_isr(part, tuple(part.isr) + tuple(expand), "expand")
 
     def _change_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
         """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written."""

@@ -400,6 +400,13 @@ class LogManager:
             fsync_dir(parent)  # once per log dir, not per partition
         return renamed
 
+    def delete_partition(self, topic: str, partition: int) -> Path:
+        """Close one partition's log and rename its directory to ``...-delete`` (a replica moved
+        to other brokers); the caller removes the path off the event loop with ``remove_dirs``."""
+        target = self._set_aside((topic, partition), delete_dir_name(topic, partition))
+        fsync_dir(target.parent)
+        return target
+
     def set_aside_stray(self, topic: str, partition: int) -> Path | None:
         """Unload a log the cluster metadata does not know (left by a crash while its topic was
         being created or deleted). One holding records is renamed ``...-stray`` and kept for the

@@ -1,0 +1,70 @@
+"""Moving leaders and replicas without stopping traffic: preferred-leader election (ElectLeaders and
+auto.leader.rebalance.enable) and partition reassignment (AlterPartitionReassignments)."""
+
+from __future__ import annotations
+
+import pytest
+from clusterproc import Cluster, StreamingProducer, check_acknowledged, wait_replicas_identical
+from conftest import unique
+from helpers import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _create(cluster: Cluster, topic: str, assignment: list[list[int]]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)])[topic] \
+        .result(30)
+    cluster.wait_full_isr(topic, len(assignment))
+
+
+def test_elect_preferred_leaders(cluster: Cluster) -> None:
+    from confluent_kafka import ElectionType, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique("pref")
+    _create(cluster, topic, [[1, 2, 3]])
+    assert cluster.leader(topic, 0) == 1
+    cluster.brokers[1].stop()  # controlled shutdown: broker 2 takes over
+    assert cluster.wait_leader(topic, 0, not_in={1}) == 2
+    cluster.brokers[1].start(timeout=60)
+    cluster.wait_full_isr(topic, 1)
+    assert cluster.leader(topic, 0) == 2  # broker 1 is back, but not leading
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    assert result[TopicPartition(topic, 0)] is None  # no error
+    wait_until(lambda: cluster.leader(topic, 0) == 1, 10, what="the preferred replica leading again")
+    # Already the preferred leader: nothing to do, and Kafka's error says so.
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    error = again[TopicPartition(topic, 0)]
+    assert isinstance(error, KafkaError) and error.name() == "ELECTION_NOT_NEEDED"
+
+
+def test_reassign_partition_under_load(cluster: Cluster) -> None:
+    """Replicas [1, 2] -> [3, 2]: broker 3 copies the log, joins the ISR, takes the leadership from
+    1, and broker 1 drops its replica; the producer never loses an acknowledged record."""
+    from kafka import KafkaAdminClient, TopicPartition
+
+    topic = unique("move")
+    _create(cluster, topic, [[1, 2]])
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20000)
+    try:
+        with StreamingProducer(cluster, topic, rate_per_s=300) as producer:
+            wait_until(lambda: producer.acks.count() > 200, 30, what="acknowledged records")
+            accepted = kp.alter_partition_reassignments({TopicPartition(topic, 0): [3, 2]})
+            assert accepted == {TopicPartition(topic, 0): None}
+            wait_until(lambda: cluster.replicas(topic)[0] == [3, 2], 60, what="the reassignment to complete")
+            assert cluster.leader(topic, 0) == 3
+            assert not kp.list_partition_reassignments()
+            before = producer.acks.count()
+            wait_until(lambda: producer.acks.count() > before + 100, 30, what="acks after the move")
+    finally:
+        kp.close()
+    assert not producer.acks.errors, producer.acks.errors[:5]
+    assert check_acknowledged(cluster, topic, 1, producer.acks) == producer.sent
+    wait_replicas_identical(cluster, topic, 1)
+    wait_until(lambda: not (cluster.brokers[1].data_dir / f"{topic}-0").exists(), 20,
+               what="broker 1's replica to be deleted")
