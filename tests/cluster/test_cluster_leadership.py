@@ -68,3 +68,26 @@ def test_reassign_partition_under_load(cluster: Cluster) -> None:
     wait_replicas_identical(cluster, topic, 1)
     wait_until(lambda: not (cluster.brokers[1].data_dir / f"{topic}-0").exists(), 20,
                what="broker 1's replica to be deleted")
+
+
+def test_strom_topics_reassign_command(cluster: Cluster) -> None:
+    """`strom topics reassign` moves a partition and waits for it; --list shows nothing left."""
+    import subprocess
+    import sys
+
+    topic = unique("cli-move")
+    _create(cluster, topic, [[2, 3]])
+
+    def strom(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "strom.cli.main", "topics", *args, "-b", cluster.bootstrap],
+                              capture_output=True, text=True, timeout=120)
+
+    moved = strom("reassign", topic, "-p", "0", "--replicas", "1,2", "--timeout", "60")
+    assert moved.returncode == 0, moved.stderr
+    assert "Done." in moved.stdout
+    assert cluster.replicas(topic)[0] == [1, 2]
+    assert cluster.leader(topic, 0) == 2  # still in the replicas: it keeps leading (Kafka does the same)
+    listed = strom("reassign", "--list")
+    assert listed.returncode == 0 and "No reassignment in progress" in listed.stderr + listed.stdout
+    bad = strom("reassign", topic, "-p", "0", "--replicas", "1,9")
+    assert bad.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in bad.stderr

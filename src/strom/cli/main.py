@@ -74,6 +74,7 @@ def _register_commands() -> None:
     """Command families live in their own modules; each adds one line here."""
     # (registrations)
     from strom.cli.topics import topics; cli.add_command(topics)  # noqa: E702, I001
+    from strom.cli.reassign import reassign; topics.add_command(reassign)  # noqa: E702, I001
     from strom.cli.produce import produce; cli.add_command(produce)  # noqa: E702, I001
     from strom.cli.consume import consume; cli.add_command(consume)  # noqa: E702, I001
     from strom.cli.groups import groups; cli.add_command(groups)  # noqa: E702, I001
