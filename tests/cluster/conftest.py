@@ -10,8 +10,10 @@ from clusterproc import Cluster
 
 
 @pytest.fixture(scope="module")
-def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster")).start()
+def module_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # A module may set CLUSTER_OVERRIDES (broker configs) for a cluster of its own.
+    overrides = getattr(request.module, "CLUSTER_OVERRIDES", None)
+    c = Cluster(tmp_path_factory.mktemp("cluster"), overrides=overrides).start()
     try:
         yield c
     finally:
