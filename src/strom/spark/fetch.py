@@ -8,6 +8,7 @@ per-value conversion on Spark's side.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import time
@@ -24,6 +25,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.spark")
 
 BATCH_ROWS = 8192  # rows per Arrow record batch handed to Spark
+# Errors librdkafka reports while a broker restarts or a partition's leadership moves; it recovers
+# from them by itself (the names are confluent_kafka.KafkaError's).
+_TRANSIENT_NAMES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_NOENT", "_TIMED_OUT", "LEADER_NOT_AVAILABLE",
+                    "NOT_LEADER_FOR_PARTITION", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "REQUEST_TIMED_OUT",
+                    "NOT_ENOUGH_REPLICAS", "BROKER_NOT_AVAILABLE", "REPLICA_NOT_AVAILABLE")
+
+
+def transient_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    return frozenset(getattr(KafkaError, n) for n in _TRANSIENT_NAMES if hasattr(KafkaError, n))
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -53,6 +66,25 @@ def consumer_config(options: SourceOptions) -> dict[str, Any]:
         "isolation.level": options.isolation_level,
     })
     return conf
+
+
+def _watermarks(consumer: Any, tp: Any, transient: frozenset[int], patience_s: float = 30.0) -> tuple[int, int]:
+    """The partition's (low, high) watermarks from its leader, asked again while a leadership moves."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            return int(low), int(high)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if err is None or err.code() not in transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            # librdkafka asks the leader it knows; a metadata request makes it learn the new one.
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(tp.topic, timeout=5)
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -169,9 +201,10 @@ def read_columns(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BA
     consumer: Any = (consumer_factory or Consumer)(consumer_config(options))
     fail = options.fail_on_data_loss
     name = f"{r.topic}-{r.partition}"
+    transient = transient_codes()
     try:
         start, until = r.from_offset, r.until_offset
-        low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=30, cached=False)
+        low, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
         if start < low:
             data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
             start = low
@@ -211,8 +244,7 @@ def read_columns(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BA
                     if code == KafkaError._PARTITION_EOF:
                         # The end of the log: the rest of the range is markers or compacted away,
                         # unless the log was truncated below the range's end.
-                        _, high = consumer.get_watermark_offsets(
-                            TopicPartition(r.topic, r.partition), timeout=30, cached=False)
+                        _, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
                         if high < until:
                             data_loss(f"Offsets [{max(high, next_offset)}, {until}) of {name} are gone: "
                                       f"the log now ends at {high}.", fail)
@@ -221,8 +253,7 @@ def read_columns(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BA
                             break
                         continue
                     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        low, high = consumer.get_watermark_offsets(
-                            TopicPartition(r.topic, r.partition), timeout=30, cached=False)
+                        low, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
                         if next_offset < low:
                             data_loss(f"Offsets [{next_offset}, {min(low, until)}) of {name} are gone: "
                                       f"the log now starts at {low}.", fail)
@@ -233,7 +264,11 @@ def read_columns(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BA
                             consumer.assign([TopicPartition(r.topic, r.partition, next_offset)])
                             break
                         raise RuntimeError(f"reading {name} at offset {next_offset}: {err}")
-                    raise RuntimeError(f"reading {name} at offset {next_offset}: {err}")
+                    if err.fatal() or not (err.retriable() or code in transient):
+                        raise RuntimeError(f"reading {name} at offset {next_offset}: {err}")
+                    # A broker went away or a leadership moved: librdkafka finds the new leader.
+                    log.info("reading %s at offset %d: %s (the client retries)", name, next_offset, err)
+                    continue
                 off = m.offset()
                 if off >= until:
                     done = True

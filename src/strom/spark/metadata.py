@@ -6,6 +6,7 @@ ListOffsets request per broker answers earliest / latest / by-timestamp for many
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -31,6 +32,7 @@ log = logging.getLogger("strom.spark")
 
 REQUEST_TIMEOUT_S = 30.0
 RETRIES = 5
+OFFSETS_TIMEOUT_S = 30.0
 
 
 class OffsetLookupError(RuntimeError):
@@ -83,23 +85,30 @@ class Metadata:
         return sorted((t, p) for t, n in topics.items() if subscription.matches(t) for p in range(n))
 
     # ---------------------------------------------------------------------------------------------
-    def _list_offsets(self, specs: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+    def _list_offsets(self, specs: Mapping[TopicPartition, Any], *, negative_ok: bool = False) -> dict[TopicPartition, int]:
+        """ListOffsets with retries. An earliest or latest offset is never negative: librdkafka
+        reports -1001 (no offset) while a partition's leadership moves, and that is asked again."""
         from confluent_kafka import KafkaException
         from confluent_kafka import TopicPartition as KTP
 
+        from strom.spark.fetch import transient_codes
+
+        transient = transient_codes()  # a leadership moving: asked again, not a failure
         remaining = dict(specs)
         out: dict[TopicPartition, int] = {}
         last: Exception | None = None
-        for attempt in range(RETRIES):
-            if not remaining:
-                return out
+        # Patient enough for a leader failover (a ZooKeeper session timeout and an election).
+        deadline = time.monotonic() + OFFSETS_TIMEOUT_S
+        attempt = 0
+        while remaining and (attempt < RETRIES or time.monotonic() < deadline):
+            attempt += 1
             try:
                 futures = self._admin.list_offsets({KTP(t, p): spec for (t, p), spec in remaining.items()},
                                                    isolation_level=self._isolation,
                                                    request_timeout=REQUEST_TIMEOUT_S)
             except KafkaException as e:
                 last = e
-                time.sleep(0.2 * (attempt + 1))
+                time.sleep(min(0.2 * attempt, 1.0))
                 continue
             for ktp, fut in futures.items():
                 try:
@@ -107,14 +116,23 @@ class Metadata:
                 except KafkaException as e:
                     last = e
                     err = e.args[0] if e.args else None
-                    if err is not None and hasattr(err, "retriable") and not err.retriable():
+                    if err is not None and hasattr(err, "retriable") and not err.retriable() \
+                            and err.code() not in transient:
                         raise OffsetLookupError(f"offsets of {ktp.topic}-{ktp.partition}: {err}") from None
                     continue
                 tp = (ktp.topic, ktp.partition)
+                if int(info.offset) < 0 and not negative_ok:
+                    last = OffsetLookupError(f"{ktp.topic}-{ktp.partition}: no offset ({info.offset}) yet")
+                    continue
                 out[tp] = int(info.offset)
                 remaining.pop(tp, None)
             if remaining:
-                time.sleep(0.2 * (attempt + 1))
+                time.sleep(min(0.2 * attempt, 1.0))
+                # librdkafka looks leaders up in its metadata cache, which a failover leaves stale
+                # (for topic.metadata.refresh.interval.ms): a metadata request renews it.
+                for topic in {t for t, _ in remaining}:
+                    with contextlib.suppress(KafkaException):
+                        self._admin.list_topics(topic, timeout=5)
         if remaining:
             names = ", ".join(f"{t}-{p}" for t, p in sorted(remaining))
             raise OffsetLookupError(f"could not list offsets of {names}: {last}")
@@ -134,7 +152,8 @@ class Metadata:
         """The first offset whose timestamp is >= the given one (ms); -1 where there is none."""
         from confluent_kafka.admin import OffsetSpec as KOffsetSpec
 
-        return self._list_offsets({tp: KOffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()})
+        return self._list_offsets({tp: KOffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()},
+                                  negative_ok=True)
 
     # ---------------------------------------------------------------------------------------------
     def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str,

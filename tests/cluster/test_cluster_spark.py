@@ -1,0 +1,112 @@
+"""The Spark data source against the cluster: a streaming query keeps its exactly-once progress
+while leaders are killed and moved underneath it, and the sink writes to a replicated topic."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clusterproc import Cluster, read_partition
+from conftest import unique
+from helpers import confluent_produce, wait_until
+
+JOB = Path(__file__).parent.parent / "spark" / "stream_job.py"
+RECORDS = 3000
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def _rows(out: Path) -> list[tuple[int, int, bytes]]:
+    """The rows of the files the sink has committed (listed in its _spark_metadata log), as a
+    Spark reader of the table would see them."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    meta = out / "_spark_metadata"
+    files: set[str] = set()
+    for entry in sorted(meta.glob("*")) if meta.is_dir() else []:
+        if not entry.name.split(".")[0].isdigit() or entry.name.endswith(".tmp") or entry.name.startswith("."):
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            record = json.loads(line)
+            if record.get("action") == "add":
+                files.add(record["path"].removeprefix("file://"))
+    rows: list[tuple[int, int, bytes]] = []
+    for path in sorted(files):
+        table = pq.read_table(path, columns=["partition", "offset", "value"])
+        rows += zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                    table.column("value").to_pylist(), strict=True)
+    return rows
+
+
+def test_streaming_query_through_leader_changes(cluster: Cluster, tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = unique("spark")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    cluster.wait_full_isr(topic, 3)
+    confluent_produce(cluster.bootstrap, topic,
+                      [{"value": b"v%05d" % i, "partition": i % 3} for i in range(RECORDS)], {"acks": "all"})
+    out, ck, log = tmp_path / "out", tmp_path / "ck", tmp_path / "job.log"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as f:
+        job = subprocess.Popen([sys.executable, str(JOB), cluster.bootstrap, topic, str(out), str(ck), "continuous",
+                                "150"], stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_until(lambda: len(_rows(out)) >= 300, 180, interval=0.5,
+                   what="the query's first batches\n" + (log.read_text()[-2000:] if log.exists() else ""))
+        # A leader dies under the running query, then another is moved by a controlled shutdown.
+        victim = cluster.leader(topic, 0)
+        cluster.brokers[victim].kill()
+        cluster.wait_leader(topic, 0, not_in={victim}, timeout=20)
+        cluster.brokers[victim].start(timeout=60)
+        moved = cluster.leader(topic, 1)
+        cluster.brokers[moved].stop()
+        cluster.brokers[moved].start(timeout=60)
+        try:
+            wait_until(lambda: len(_rows(out)) >= RECORDS, 240, interval=0.5, what="every record in the sink")
+        except AssertionError:
+            batches = sorted(int(p.name) for p in (ck / "offsets").iterdir() if p.name.isdigit())
+            last = (ck / "offsets" / str(batches[-1])).read_text() if batches else ""
+            commits = sorted(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+            raise AssertionError(f"{len(_rows(out))} rows; batches planned {batches[-3:]}, committed {commits[-3:]}; "
+                                 f"last plan {last[-300:]}\n{log.read_text()[-3000:]}") from None
+        assert job.poll() is None, log.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    rows = _rows(out)
+    keys = [(p, o) for p, o, _ in rows]
+    assert len(keys) == len(set(keys)) == RECORDS, f"{len(keys)} rows, {len(set(keys))} distinct"
+    expected = {p: read_partition(cluster.bootstrap, topic, p) for p in range(3)}
+    assert sorted(rows) == sorted((p, o, v) for p, recs in expected.items() for o, v in recs)
+
+
+def test_spark_sink_writes_to_a_replicated_topic(cluster: Cluster, tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from strom.spark import local_session
+
+    topic = unique("sink")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = local_session("strom-cluster-sink", "local[2]", **{"spark.ui.enabled": "false",
+                                                                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+    try:
+        df = spark.createDataFrame([(f"k{i}", f"value-{i}") for i in range(500)], "key string, value string")
+        df.write.format("strom").mode("append").option("kafka.bootstrap.servers", cluster.bootstrap) \
+            .option("topic", topic).save()
+    finally:
+        spark.stop()
+    values = sorted(v for p in range(2) for _, v in read_partition(cluster.bootstrap, topic, p))
+    assert values == sorted(f"value-{i}".encode() for i in range(500))
+    cluster.wait_full_isr(topic, 2)
