@@ -13,6 +13,7 @@ leader that cannot reach ZooKeeper can never shrink the ISR to itself and acknow
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -90,12 +91,13 @@ class Partition:
             return True
         return False
 
-    def isr_to_expand(self) -> list[int]:
-        """Followers out of the ISR whose logs reach the high watermark and this epoch's start."""
+    def isr_to_expand(self, eligible: Collection[int] | None = None) -> list[int]:
+        """Followers out of the ISR whose logs reach the high watermark and this epoch's start (and,
+        when ``eligible`` is given, that are in it: live brokers not in a controlled shutdown)."""
         plog = self.log
         epoch_start = self._epoch_start()
         return [b for b, f in self.followers.items()
-                if b not in self.state.isr and b in self.replicas
+                if b not in self.state.isr and b in self.replicas and (eligible is None or b in eligible)
                 and f.log_end_offset >= plog.high_watermark and f.log_end_offset >= epoch_start]
 
     def isr_to_shrink(self, now_ms: int, lag_max_ms: int) -> list[int]:

@@ -213,7 +213,10 @@ class ReplicaManager:
     def _after_hw_inputs_changed(self, part: Partition) -> None:
         if part.maybe_advance_high_watermark():
             self.broker.purgatory.notify(part.key)
-        expand = part.isr_to_expand()
+        # Only registered brokers not in a controlled shutdown may join (Kafka's isReplicaIsrEligible):
+        # a stopping follower fetches until it exits, and re-adding it would undo, over and over, the
+        # controller's taking it out of the ISR.
+        expand = part.isr_to_expand(set(self.store.brokers) - self.store.shutting_down)
         if expand:
             self._change_isr(part, tuple(part.isr) + tuple(expand), "expand")
 
