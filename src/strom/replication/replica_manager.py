@@ -232,7 +232,7 @@ class ReplicaManager:
             try:
                 written = await self.store.run(self.store.update_isr, part.topic, part.partition, proposed)
             except Exception as e:  # ZooKeeper unreachable: the ISR stays as it is
-                log.warning("%s-%d: could not %s the ISR to %s: %s", part.topic, part.partition, why, list(isr), e)
+                log.warning("%s-%d: could not %s the ISR to %s: %r", part.topic, part.partition, why, list(isr), e)
                 written = None
             finally:
                 part.isr_change_in_flight = False
