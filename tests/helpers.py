@@ -187,6 +187,21 @@ class RawConnection:
             kwargs["include_topic_authorized_operations"] = False
         return self.request(3, version, req(**kwargs))
 
+    def advertised(self) -> tuple[dict[int, tuple[str, int]], tuple[str, int]]:
+        """What a client on this connection's listener is told: every broker's (host, port) from
+        Metadata, and the group coordinator's from FindCoordinator (retried while it loads)."""
+        md = self.metadata(None)
+        brokers = {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
+        req = request_class("find_coordinator", 4, "FindCoordinatorRequest")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            (coord,) = self.request(10, 4, req(key_type=0, coordinator_keys=("listener-check",))).coordinators
+            if int(coord.error_code) == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert int(coord.error_code) == 0, coord
+        return brokers, (coord.host, int(coord.port))
+
     def topic_id(self, topic: str) -> Any:
         md = self.metadata([topic])
         (t,) = md.topics

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,21 @@ CLUSTER_CONFIG = {
 }
 
 
+BrokerSettings = Callable[[int, int], dict[str, str]]
+
+
 class Cluster:
-    def __init__(self, root: Path, size: int = 3, overrides: dict[str, str] | None = None) -> None:
+    """``broker_settings(broker id, client port)`` may add settings per broker (listeners, a
+    zookeeper.connect through a proxy); they win over ``overrides``. The client port stays what
+    ``bootstrap`` names."""
+
+    def __init__(self, root: Path, size: int = 3, overrides: dict[str, str] | None = None,
+                 broker_settings: BrokerSettings | None = None) -> None:
         self.root = root
         self.zookeeper = ZooKeeperServer(root / "zookeeper")
         self.brokers: dict[int, BrokerProcess] = {}
         self.overrides = dict(overrides or {})
+        self.broker_settings = broker_settings
         self.size = size
         self._zk: KazooClient | None = None
 
@@ -48,9 +57,11 @@ class Cluster:
     def start(self) -> Cluster:
         self.zookeeper.start()
         for broker_id in range(1, self.size + 1):
-            b = BrokerProcess(self.root / f"broker-{broker_id}", free_port(), overrides={
+            port = free_port()
+            own = self.broker_settings(broker_id, port) if self.broker_settings is not None else {}
+            b = BrokerProcess(self.root / f"broker-{broker_id}", port, overrides={
                 "broker.id": str(broker_id), "zookeeper.connect": self.zookeeper.connect, **CLUSTER_CONFIG,
-                **self.overrides})
+                **self.overrides, **own})
             self.brokers[broker_id] = b
         threads = [threading.Thread(target=b.start, kwargs={"timeout": 60}) for b in self.brokers.values()]
         for t in threads:
@@ -172,33 +183,50 @@ def wait_replicas_identical(cluster: Cluster, topic: str, partitions: int, timeo
 
 @dataclass
 class AckLog:
-    """Every record a producer got an acknowledgement for: partition -> [(offset, value)]."""
+    """Every record a producer got an acknowledgement for: partition -> [(offset, value)], and when
+    each acknowledgement came (time.monotonic(), in the same order)."""
 
     acked: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    times: list[float] = field(default_factory=list)
 
     def on_delivery(self, err: Any, msg: Any) -> None:
         with self.lock:
             if err is not None:
                 self.errors.append(str(err))
             else:
-                self.acked.setdefault(msg.partition(), []).append((msg.offset(), msg.value()))
+                self.add(int(msg.partition()), int(msg.offset()), bytes(msg.value()))
+
+    def add(self, partition: int, offset: int, value: bytes) -> None:
+        """One acknowledgement (the caller holds the lock)."""
+        self.acked.setdefault(partition, []).append((offset, value))
+        self.times.append(time.monotonic())
 
     def count(self) -> int:
         with self.lock:
             return sum(len(v) for v in self.acked.values())
 
+    def count_between(self, start: float, end: float) -> int:
+        """Acknowledgements that came in [start, end) (time.monotonic())."""
+        with self.lock:
+            return sum(1 for t in self.times if start <= t < end)
+
 
 class StreamingProducer:
-    """An idempotent acks=all producer writing numbered values in a thread until stopped."""
+    """An idempotent acks=all producer writing numbered values (``prefix`` + 8 digits) in a thread
+    until stopped; ``bootstrap`` defaults to every live broker of the cluster."""
 
-    def __init__(self, cluster: Cluster, topic: str, rate_per_s: float = 500, extra: dict[str, Any] | None = None):
+    def __init__(self, cluster: Cluster, topic: str, rate_per_s: float = 500, extra: dict[str, Any] | None = None,
+                 prefix: bytes = b"v", bootstrap: str | None = None):
         from confluent_kafka import Producer
 
+        assert len(prefix) == 1, "check_acknowledged tells producers apart by the first byte"
         self.topic = topic
+        self.prefix = prefix
         self.acks = AckLog()
-        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+        self.producer = Producer({"bootstrap.servers": bootstrap or cluster.bootstrap, "acks": "all",
+                                  "enable.idempotence": True,
                                   "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
                                   # A request to a frozen (SIGSTOPped) leader is given up after 6 s,
                                   # then retried where the metadata now points.
@@ -220,7 +248,8 @@ class StreamingProducer:
         interval = 1 / self.rate
         while not self._stop.is_set():
             try:
-                self.producer.produce(self.topic, value=b"v%08d" % self.sent, on_delivery=self.acks.on_delivery)
+                self.producer.produce(self.topic, value=self.prefix + b"%08d" % self.sent,
+                                      on_delivery=self.acks.on_delivery)
                 self.sent += 1
             except BufferError:
                 pass
@@ -270,8 +299,10 @@ def _high_watermark(consumer: Any, topic: str, partition: int, timeout: float = 
             time.sleep(0.2)
 
 
-def check_acknowledged(cluster: Cluster, topic: str, partitions: int, acks: AckLog) -> int:
-    """Nothing acknowledged lost, nothing duplicated, order per partition kept. Returns the count."""
+def check_acknowledged(cluster: Cluster, topic: str, partitions: int, acks: AckLog | Sequence[AckLog]) -> int:
+    """Nothing acknowledged lost, nothing duplicated, order per partition kept (per producer: each
+    one's values start with a byte of its own). Returns the count of acknowledged records."""
+    logs = [acks] if isinstance(acks, AckLog) else list(acks)
     total = 0
     for p in range(partitions):
         records = read_partition(cluster.bootstrap, topic, p)
@@ -280,13 +311,17 @@ def check_acknowledged(cluster: Cluster, topic: str, partitions: int, acks: AckL
         values = [v for _, v in records]
         assert len(set(values)) == len(values), f"{topic}-{p}: duplicated values"
         stored = dict(records)
-        for offset, value in acks.acked.get(p, []):
-            assert stored.get(offset) == value, \
-                f"{topic}-{p}: acknowledged {value!r} at offset {offset}, found {stored.get(offset)!r}"
-        # Values were produced in increasing order: the log keeps that order per partition.
-        numbers = [int(v[1:]) for v in values]
-        assert numbers == sorted(numbers), f"{topic}-{p}: records out of order"
-        total += len(acks.acked.get(p, []))
+        for log in logs:
+            for offset, value in log.acked.get(p, []):
+                assert stored.get(offset) == value, \
+                    f"{topic}-{p}: acknowledged {value!r} at offset {offset}, found {stored.get(offset)!r}"
+            total += len(log.acked.get(p, []))
+        # Each producer's values were produced in increasing order: the log keeps that order.
+        by_producer: dict[bytes, list[int]] = {}
+        for v in values:
+            by_producer.setdefault(v[:1], []).append(int(v[1:]))
+        for prefix, numbers in by_producer.items():
+            assert numbers == sorted(numbers), f"{topic}-{p}: records of producer {prefix!r} out of order"
     return total
 
 

@@ -45,8 +45,9 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: str = "") -> None:
         self.broker = broker
+        self.listener = listener  # the name of the listener this connection was accepted on
         self.id = next(_ids)
         self.decoder = wire.FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
@@ -121,7 +122,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(str(e))
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
-                             self.peer.rsplit(":", 1)[0], self.id)
+                             self.peer.rsplit(":", 1)[0], self.id, self.listener)
         started = self.broker.metrics.clock()
         try:
             result = handler.handle(self.broker, ctx, request)

@@ -13,3 +13,6 @@ class RequestContext:
     client_id: str | None
     client_host: str
     connection_id: int
+    # The listener the connection was accepted on: Metadata and FindCoordinator answer with each
+    # broker's endpoint on this listener, as Kafka does ("" when unknown: the inter-broker one).
+    listener: str = ""

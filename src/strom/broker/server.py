@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import time
@@ -63,7 +64,8 @@ class Broker:
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
-        self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)
+        self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
+        self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
         self.metrics = BrokerMetrics()
         self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
 
@@ -91,16 +93,15 @@ class Broker:
         self.group_coordinator = GroupCoordinatorRuntime(self)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
         await self.maintenance.start()  # after the replay, which reads logs from threads
-        advertised = self.config.advertised_listeners or self.config.listeners
         for listener in self.config.listeners:
-            server = await loop.create_server(lambda: KafkaConnection(self), listener.host or "0.0.0.0", listener.port,
+            # Each connection knows its listener: clients are told that listener's addresses.
+            server = await loop.create_server(functools.partial(KafkaConnection, self, listener.name),
+                                              listener.host or "0.0.0.0", listener.port,
                                               reuse_address=True, backlog=1024)
             self._servers.append(server)
-        first = advertised[0]
-        bound_port = first.port
-        if first.port == 0 and self._servers:
-            bound_port = self._servers[0].sockets[0].getsockname()[1]
-        self.node = BrokerInfo(self.config.broker_id, first.host or "127.0.0.1", bound_port, self.config.broker_rack)
+        self.advertised = {name: BrokerInfo(self.config.broker_id, host, port, self.config.broker_rack)
+                           for name, host, port in self._bound_endpoints()}
+        self.node = next(iter(self.advertised.values()))
         if self.cluster is not None:
             await self.cluster.register(self._bound_endpoints())  # joins: the controller sees it now
         self.spawn(self._flush_loop())
@@ -118,6 +119,11 @@ class Broker:
             return (plog, 0, 0) if plog is not None else (None, 3, -1)
         part, error = self.replicas.leader_partition(topic, partition, current_leader_epoch)
         return (part.log, 0, part.leader_epoch) if part is not None else (None, error, -1)
+
+    def node_for(self, listener: str) -> BrokerInfo:
+        """This broker as a client on ``listener`` reaches it (the first advertised listener when
+        that one is not advertised)."""
+        return self.advertised.get(listener, self.node)
 
     def _bound_endpoints(self) -> list[tuple[str, str, int]]:
         """(listener name, advertised host, port) with ports chosen by the OS filled in."""

@@ -128,7 +128,7 @@ def decode_epoch(data: bytes) -> int:
 @dataclass(frozen=True)
 class BrokerRegistration:
     broker_id: int
-    host: str  # of the inter-broker listener, also what clients are told
+    host: str  # of the inter-broker listener (clients are told the endpoint of their own listener)
     port: int
     rack: str | None
     endpoints: tuple[str, ...]  # NAME://host:port
@@ -142,6 +142,11 @@ class BrokerRegistration:
                 host, _, port = address.rpartition(":")
                 return host.strip("[]"), int(port)
         return None
+
+    def address_for(self, listener: str) -> tuple[str, int]:
+        """Where a client on ``listener`` reaches this broker: that listener's endpoint, or the
+        inter-broker one when the broker has no such listener."""
+        return self.endpoint(listener) or (self.host, self.port)
 
 
 def encode_broker(reg: BrokerRegistration) -> bytes:

@@ -115,7 +115,7 @@ class ReplicaFetcher:
         if reg is None:
             raise LookupError(f"broker {self.leader_id} is not registered")
         listener = manager.broker.config.inter_broker_listener_name or ""
-        endpoint = reg.endpoint(listener) or (reg.host, reg.port)
+        endpoint = reg.address_for(listener)
         return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}", self.socket_timeout_s)
 
     # ---- divergence (OffsetForLeaderEpoch) -------------------------------------------------------

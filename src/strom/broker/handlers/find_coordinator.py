@@ -15,6 +15,7 @@ from strom.protocol.errors import ErrorCode as E
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.cluster.zk_layout import BrokerRegistration
 
 API_KEY = 10
 MIN_VERSION = 0
@@ -40,18 +41,21 @@ def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
     return E.none, None
 
 
-def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: int) -> dict[str, Any]:
+def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: int,
+           listener: str) -> dict[str, Any]:
+    """The coordinator as a client on ``listener`` reaches it (that listener's endpoint)."""
+    node = broker.node_for(listener)
+    node_id, host, port = node.broker_id, node.host, node.port
     if error is E.none and broker.cluster is not None and key_type == GROUP:
-        error, message, node = _group_coordinator_in_cluster(broker, key)
-    else:
-        node = broker.node
+        error, message, reg = _group_coordinator_in_cluster(broker, key)
+        if reg is not None:
+            node_id, (host, port) = reg.broker_id, reg.address_for(listener)
     if error is not E.none:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
-    return {"error_code": E.none, "error_message": None, "node_id": node.broker_id, "host": node.host,
-            "port": node.port}
+    return {"error_code": E.none, "error_message": None, "node_id": node_id, "host": host, "port": port}
 
 
-def _group_coordinator_in_cluster(broker: Broker, group_id: str) -> tuple[E, str | None, Any]:
+def _group_coordinator_in_cluster(broker: Broker, group_id: str) -> tuple[E, str | None, BrokerRegistration | None]:
     """The leader of the group's __consumer_offsets partition, as ZooKeeper has it."""
     from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
 
@@ -72,6 +76,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     error, message = _lookup(broker, key_type)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
-                "coordinators": [{"key": k, **_entry(broker, error, message, k, key_type)}
+                "coordinators": [{"key": k, **_entry(broker, error, message, k, key_type, ctx.listener)}
                                  for k in request.coordinator_keys]}
-    return {"throttle_time": 0, **_entry(broker, error, message, request.key, key_type)}
+    return {"throttle_time": 0, **_entry(broker, error, message, request.key, key_type, ctx.listener)}

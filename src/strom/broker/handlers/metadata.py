@@ -70,15 +70,17 @@ def _cluster_topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
             "partitions": partitions, "topic_authorized_operations": -2147483648}
 
 
-def brokers_and_controller(broker: Broker) -> tuple[list[dict[str, Any]], int]:
-    """The live brokers as clients should reach them, and the controller's id."""
+def brokers_and_controller(broker: Broker, listener: str = "") -> tuple[list[dict[str, Any]], int]:
+    """The live brokers as clients on ``listener`` should reach them (Kafka answers with the
+    endpoints of the listener the request came in on), and the controller's id."""
     if broker.cluster is None:
-        node = broker.node
+        node = broker.node_for(listener)
         return [{"node_id": node.broker_id, "host": node.host, "port": node.port, "rack": node.rack}], node.broker_id
     store = broker.cluster.store
     out = []
     for reg in sorted(store.brokers.values(), key=lambda r: r.broker_id):
-        out.append({"node_id": reg.broker_id, "host": reg.host, "port": reg.port, "rack": reg.rack})
+        host, port = reg.address_for(listener)
+        out.append({"node_id": reg.broker_id, "host": host, "port": port, "rack": reg.rack})
     return out, store.controller_id
 
 
@@ -117,7 +119,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 topics.append(topic_entry(broker, topic))
-    brokers, controller = brokers_and_controller(broker)
+    brokers, controller = brokers_and_controller(broker, ctx.listener)
     return {
         "throttle_time": 0,
         "brokers": brokers,
