@@ -161,7 +161,7 @@ function replicaBadge(p) {
 
 function replicaList(ids, offline) {
   // Replicas on brokers that are down are struck through.
-  return el("span", {}, ids.map((id, i) => [i ? ", " : "",
+  return el("span", {}, ids.flatMap((id, i) => [i ? ", " : "",
     (offline || []).includes(id) ? el("s", { class: "down", title: "broker down", text: String(id) }) : String(id)]));
 }
 
