@@ -172,6 +172,28 @@ def test_groups(api_broker: tuple[BrokerProcess, str]) -> None:
     assert call("GET", api + "/groups/no-such-group")[0] == 404
 
 
+def test_cluster_of_one(api_broker: tuple[BrokerProcess, str]) -> None:
+    """A single broker is its own controller; every partition is led by it with an ISR of itself."""
+    broker, api = api_broker
+    assert call("POST", api + "/topics", {"name": "rest-solo", "partitions": 2})[0] == 201
+    status, c = call("GET", api + "/cluster")
+    assert status == 200
+    assert c["brokers"] == [{"id": 0, "host": "127.0.0.1", "port": broker.port, "rack": None, "controller": True,
+                             "self": True}]
+    assert c["controller_id"] == 0 and c["broker_id"] == 0 and c["cluster_id"]
+    assert c["partitions"] >= 2
+    assert c["under_replicated_partitions"] == [] and c["offline_partitions"] == []
+    status, t = call("GET", api + "/topics/rest-solo")
+    assert status == 200
+    assert t["replication_factor"] == 1 and t["under_replicated_partitions"] == 0 and t["offline_partitions"] == 0
+    for p in t["partition_list"]:
+        assert (p["leader"], p["replicas"], p["isr"], p["offline_replicas"]) == (0, [0], [0], [])
+        assert p["under_replicated"] is False and p["offline"] is False
+    status, ov = call("GET", api + "/overview")
+    assert ov["cluster"] == {"brokers": 1, "controller_id": 0, "under_replicated_partitions": 0,
+                             "offline_partitions": 0}
+
+
 def test_overview(api_broker: tuple[BrokerProcess, str]) -> None:
     broker, api = api_broker
     status, ov = call("GET", api + "/overview")

@@ -527,9 +527,29 @@ def test_bad_client_property_is_one_line(bs: str) -> None:
     assert "no.such.property" in line
 
 
+@pytest.mark.timeout(90)
+def test_cluster_command_on_a_single_broker(bs: str) -> None:
+    """One broker is a cluster of one: it is listed as the controller, nothing needs attention."""
+    create_topics(bs, {"cli-solo": 2})
+    port = int(bs.rsplit(":", 1)[1])
+    c = json.loads(ok("cluster", "--json", "-b", bs))
+    assert c["brokers"] == [{"id": 0, "host": "127.0.0.1", "port": port, "rack": None, "controller": True}]
+    assert c["controller_id"] == 0 and c["cluster_id"] and c["partitions"] >= 2
+    assert c["under_replicated_partitions"] == [] and c["offline_partitions"] == []
+    text = ok("cluster", "-b", bs)
+    assert "Controller: 0" in text and "Brokers: 1" in text
+    assert f"127.0.0.1:{port}" in text
+    assert "Under-replicated partitions: none" in text and "Offline partitions: none" in text
+    # kafka-topics' filters: nothing is under-replicated or unavailable, so nothing is shown.
+    assert ok("topics", "describe", "--under-replicated-partitions", "-b", bs).strip() == ""
+    assert json.loads(ok("topics", "describe", "cli-solo", "--unavailable-partitions", "--json", "-b", bs)) == []
+    line = one_line_failure(strom("cluster", "-b", f"127.0.0.1:{free_port()}", "--connect-timeout", "1"), code=1)
+    assert "cannot reach broker" in line
+
+
 def test_help_lists_commands() -> None:
     out = ok("--help")
-    for name in ("topics", "produce", "consume"):
+    for name in ("topics", "produce", "consume", "cluster"):
         assert name in out
     sub = ok("topics", "--help")
     for name in ("create", "list", "describe", "delete", "alter"):

@@ -114,6 +114,10 @@ def test_every_client_command(broker: BrokerProcess, place: str, monkeypatch: py
     run(place, bs, ["topics", "alter"], topic, "--partitions", "2")
     assert partitions_of(bs, topic) == 2
 
+    # cluster
+    shown_cluster = json.loads(run(place, bs, ["cluster"], "--json"))
+    assert [(b["port"], b["controller"]) for b in shown_cluster["brokers"]] == [(broker.port, True)]
+
     # configs
     run(place, bs, ["configs", "alter"], "--topic", topic, "--set", "retention.ms=3600000")
     assert topic_config(bs, topic, "retention.ms") == "3600000"

@@ -138,6 +138,25 @@ def test_consumer_group_lag(admin_broker: BrokerProcess) -> None:
     assert value(samples, "strom_consumer_group_members", group="slow-readers") == 0
 
 
+@pytest.mark.timeout(60)
+def test_single_broker_replication_metrics(admin_broker: BrokerProcess) -> None:
+    """Kafka's replica manager and controller metrics on a cluster of one: the broker is the active
+    controller, leads every partition, nothing is under-replicated or offline, no ISR ever changes."""
+    url = admin_url(admin_broker)
+    create_topics(admin_broker.bootstrap, {"solo-a": 3, "solo-b": 2})
+    s = scrape(url)
+    partitions = value(s, "strom_partitions")
+    assert partitions >= 5
+    assert value(s, "strom_replica_manager_partition_count") == partitions
+    assert value(s, "strom_replica_manager_leader_count") == partitions
+    assert value(s, "strom_controller_active_controller_count") == 1
+    for name in ("strom_replica_manager_under_replicated_partitions", "strom_controller_offline_partitions_count",
+                 "strom_replica_manager_isr_shrinks_total", "strom_replica_manager_isr_expands_total"):
+        assert (name, frozenset()) in s, f"{name} not exported"  # present at 0, so alerts can use it
+        assert value(s, name) == 0, name
+    assert not [k for k in s if k[0] == "strom_fetcher_lag"]  # no followers, no follower lag
+
+
 def test_health_and_readiness(admin_broker: BrokerProcess) -> None:
     url = admin_url(admin_broker)
     assert get(url + "/healthz")[::2] == (200, "ok\n")

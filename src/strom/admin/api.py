@@ -1,6 +1,7 @@
 """The JSON REST API behind the web console (all under /api/).
 
 GET  /api/overview                          broker, counts, throughput totals
+GET  /api/cluster                           brokers, controller, under-replicated and offline partitions
 GET  /api/topics                            topics with partitions, offsets, sizes
 POST /api/topics                            {"name", "partitions", "replication_factor", "configs"}
 GET  /api/topics/{topic}                    one topic with its partitions
@@ -69,6 +70,11 @@ def parse_timestamp(text: str) -> int:
 
 async def overview(request: web.Request) -> web.Response:
     return web.json_response(snapshot.overview(_broker(request), request.app[HISTORY_KEY]))
+
+
+async def cluster(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    return _require_ready(broker) or web.json_response(snapshot.cluster_view(broker))
 
 
 async def list_topics(request: web.Request) -> web.Response:
@@ -176,6 +182,7 @@ async def get_group(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/overview", overview)
+    app.router.add_get("/api/cluster", cluster)
     app.router.add_get("/api/topics", list_topics)
     app.router.add_post("/api/topics", create_topic)
     app.router.add_get("/api/topics/{topic}", get_topic)

@@ -115,8 +115,64 @@ class BrokerCollector:
             hw.add_metric(lv, plog.high_watermark)
         yield from (size, start, end, hw)
 
+        # --- replication and the controller
+        yield from self._replication()
+
         # --- consumer groups
         yield from self._groups()
+
+    def _replication(self) -> Iterator[Metric]:
+        """Kafka's replica manager and controller gauges, named after their MBeans so dashboards and
+        alerts written for Kafka translate one to one. A single broker is its own controller and leads
+        every partition with an ISR of itself: nothing is under-replicated or offline there."""
+        broker = self.broker
+        rm = broker.replicas
+        cluster = broker.cluster
+        lag = GaugeMetricFamily("strom_fetcher_lag",
+                                "On a partition's leader: its log end offset minus each follower's "
+                                "(kafka.server FetcherLagMetrics ConsumerLag, seen from the leader).",
+                                labels=["topic", "partition", "replica"])
+        if rm is None:
+            partitions = leaders = sum(t.partitions for t in broker.metadata.topics().values())
+            under = shrinks = expands = offline = 0
+            active = 1
+        else:
+            partitions, leaders, under = len(rm.partitions), rm.led(), rm.under_replicated()
+            shrinks, expands = rm.isr_shrinks, rm.isr_expands
+            controller = cluster.controller if cluster is not None else None
+            active = 1 if controller is not None and controller.active else 0
+            # Like Kafka, only the active controller counts offline partitions; the others say 0.
+            offline = snapshot.offline_partition_count(broker) if active else 0
+            for part in sorted(rm.partitions.values(), key=lambda p: p.key):
+                if not part.is_leader:
+                    continue
+                end = part.log.log_end_offset
+                for replica, follower in sorted(part.followers.items()):
+                    if follower.log_end_offset >= 0:  # unknown until the follower's first fetch here
+                        lag.add_metric([part.topic, str(part.partition), str(replica)],
+                                       max(0, end - follower.log_end_offset))
+        yield GaugeMetricFamily("strom_replica_manager_under_replicated_partitions",
+                                "Partitions led here whose ISR is smaller than their replica set "
+                                "(kafka.server ReplicaManager UnderReplicatedPartitions).", value=under)
+        yield GaugeMetricFamily("strom_replica_manager_partition_count",
+                                "Partitions with a replica on this broker "
+                                "(kafka.server ReplicaManager PartitionCount).", value=partitions)
+        yield GaugeMetricFamily("strom_replica_manager_leader_count",
+                                "Partitions this broker leads (kafka.server ReplicaManager LeaderCount).",
+                                value=leaders)
+        yield CounterMetricFamily("strom_replica_manager_isr_shrinks",
+                                  "ISR shrinks made by this broker as leader "
+                                  "(kafka.server ReplicaManager IsrShrinksPerSec).", value=shrinks)
+        yield CounterMetricFamily("strom_replica_manager_isr_expands",
+                                  "ISR expansions made by this broker as leader "
+                                  "(kafka.server ReplicaManager IsrExpandsPerSec).", value=expands)
+        yield GaugeMetricFamily("strom_controller_active_controller_count",
+                                "1 on the active controller, 0 on every other broker "
+                                "(kafka.controller KafkaController ActiveControllerCount).", value=active)
+        yield GaugeMetricFamily("strom_controller_offline_partitions_count",
+                                "Partitions without a live leader, reported by the active controller only "
+                                "(kafka.controller KafkaController OfflinePartitionsCount).", value=offline)
+        yield lag
 
     def _groups(self) -> Iterator[Metric]:
         broker = self.broker

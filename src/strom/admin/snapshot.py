@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom import __version__
+from strom.broker.handlers.metadata import brokers_and_controller, topic_entry
 from strom.records import batch as rb
 from strom.records import codec
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
+    from strom.cluster.metadata import TopicInfo
     from strom.storage.log import PartitionLog
 
 MAX_MESSAGES = 500
@@ -49,16 +51,24 @@ def api_names(broker: Broker) -> dict[int, str]:
 # ---------------------------------------------------------------------------------------------- topics
 
 
-def partition_view(broker: Broker, plog: PartitionLog | None, partition: int) -> dict[str, Any]:
-    node = broker.config.broker_id
+def replica_states(broker: Broker, info: TopicInfo) -> list[dict[str, Any]]:
+    """Leader, replicas, ISR and offline replicas of each partition, as Metadata tells clients (on a
+    single broker: this broker leads every partition, alone in its ISR)."""
+    return [{"partition": e["partition_index"], "leader": e["leader_id"], "replicas": list(e["replica_nodes"]),
+             "isr": list(e["isr_nodes"]), "offline_replicas": list(e["offline_replicas"]),
+             # Kafka's kafka-topics --under-replicated-partitions / --unavailable-partitions
+             "under_replicated": e["leader_id"] >= 0 and len(e["isr_nodes"]) < len(e["replica_nodes"]),
+             "offline": e["leader_id"] < 0}
+            for e in topic_entry(broker, info)["partitions"]]
+
+
+def partition_view(plog: PartitionLog | None, replicas: dict[str, Any]) -> dict[str, Any]:
+    """A partition's replica state with this broker's own replica of it (offsets 0 when it has none)."""
     if plog is None:
-        return {"partition": partition, "leader": node, "replicas": [node], "isr": [node], "log_start_offset": 0,
-                "high_watermark": 0, "log_end_offset": 0, "size_bytes": 0, "messages": 0}
+        return {**replicas, "log_start_offset": 0, "high_watermark": 0, "log_end_offset": 0, "size_bytes": 0,
+                "messages": 0}
     return {
-        "partition": partition,
-        "leader": node,
-        "replicas": [node],
-        "isr": [node],
+        **replicas,
         "log_start_offset": plog.log_start_offset,
         "high_watermark": plog.high_watermark,
         "log_end_offset": plog.log_end_offset,
@@ -72,14 +82,16 @@ def topic_view(broker: Broker, name: str, *, with_partitions: bool) -> dict[str,
     if info is None:
         return None
     lm = broker.log_manager
-    parts = [partition_view(broker, lm.get_log(name, p), p) for p in range(info.partitions)]
+    parts = [partition_view(lm.get_log(name, r["partition"]), r) for r in replica_states(broker, info)]
     stats = broker.metrics.topics.get(name)
     out: dict[str, Any] = {
         "name": name,
         "topic_id": str(info.topic_id),
         "internal": info.internal,
         "partitions": info.partitions,
-        "replication_factor": 1,
+        "replication_factor": max((len(p["replicas"]) for p in parts), default=0),
+        "under_replicated_partitions": sum(1 for p in parts if p["under_replicated"]),
+        "offline_partitions": sum(1 for p in parts if p["offline"]),
         "size_bytes": sum(p["size_bytes"] for p in parts),
         "messages": sum(p["messages"] for p in parts),
         "end_offsets": sum(p["high_watermark"] for p in parts),
@@ -103,6 +115,46 @@ def topics_view(broker: Broker) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def _problem_partitions(broker: Broker) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(partitions, under-replicated ones, offline ones) over every topic."""
+    total = 0
+    under: list[dict[str, Any]] = []
+    offline: list[dict[str, Any]] = []
+    topics = broker.metadata.topics()
+    for name in sorted(topics):
+        for r in replica_states(broker, topics[name]):
+            total += 1
+            if r["under_replicated"] or r["offline"]:
+                row = {"topic": name, **{k: v for k, v in r.items() if k not in ("under_replicated", "offline")}}
+                (offline if r["offline"] else under).append(row)
+    return total, under, offline
+
+
+def offline_partition_count(broker: Broker) -> int:
+    return len(_problem_partitions(broker)[2])
+
+
+def cluster_view(broker: Broker) -> dict[str, Any]:
+    """The brokers and the controller as this broker knows them, and the partitions that are
+    under-replicated (a leader, but an ISR smaller than the replicas) or offline (no live leader)."""
+    brokers, controller = brokers_and_controller(broker)
+    total, under, offline = _problem_partitions(broker)
+    me = broker.config.broker_id
+    return {
+        "cluster_id": getattr(broker.metadata, "cluster_id", None),
+        "controller_id": controller,
+        "broker_id": me,
+        "brokers": [{"id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"],
+                     "controller": b["node_id"] == controller, "self": b["node_id"] == me} for b in brokers],
+        "partitions": total,
+        "under_replicated_partitions": under,
+        "offline_partitions": offline,
+    }
+
+
 def totals(broker: Broker) -> tuple[int, int, int, int]:
     """(bytes in, bytes out, records in, records out) over all topics since the broker started."""
     bi = bo = ri = ro = 0
@@ -122,6 +174,8 @@ def overview(broker: Broker, history: Iterable[list[float]] = ()) -> dict[str, A
     size = sum(plog.size_bytes() for plog in broker.log_manager.all_logs()) if ready else 0
     groups = len(list_groups(broker)) if ready else 0
     cfg = broker.config
+    brokers, controller = brokers_and_controller(broker)
+    _, under, offline = _problem_partitions(broker) if ready else (0, [], [])
     return {
         "broker": {
             "id": cfg.broker_id,
@@ -141,6 +195,8 @@ def overview(broker: Broker, history: Iterable[list[float]] = ()) -> dict[str, A
         "size_bytes": size,
         "connections": len(broker.connections),
         "groups": groups,
+        "cluster": {"brokers": len(brokers), "controller_id": controller, "under_replicated_partitions": len(under),
+                    "offline_partitions": len(offline)},
         "requests": sum(s.count for s in m.requests.values()),
         "totals": {"bytes_in": bi, "bytes_out": bo, "records_in": ri, "records_out": ro},
         "time": time.time(),

@@ -322,9 +322,9 @@ def _describe_one(admin: Any, md: Any, tmd: Any, opts: ClientOptions, all_config
     return described
 
 
-def _print_described(d: dict[str, Any], bootstrap: str) -> None:
+def _print_described(d: dict[str, Any], partition_count: int) -> None:
     console = out_console()
-    console.print(f"[bold]Topic:[/bold] {d['name']}   [bold]Partitions:[/bold] {len(d['partitions'])}   "
+    console.print(f"[bold]Topic:[/bold] {d['name']}   [bold]Partitions:[/bold] {partition_count}   "
                   f"[bold]Replication factor:[/bold] {d['replication_factor']}", highlight=False)
     if d.get("configs_error"):
         console.print(f"Configs: unavailable ({d['configs_error']})", markup=False, highlight=False)
@@ -363,27 +363,46 @@ def _print_described(d: dict[str, Any], bootstrap: str) -> None:
     console.print(table)
 
 
+def _wanted_partition(p: dict[str, Any], under_replicated: bool, unavailable: bool) -> bool:
+    """kafka-topics' filters: --under-replicated-partitions (fewer in-sync replicas than replicas),
+    --unavailable-partitions (no leader); both given, either one."""
+    if not under_replicated and not unavailable:
+        return True
+    return (under_replicated and len(p["isr"]) < len(p["replicas"])) or (unavailable and p["leader"] < 0)
+
+
 @topics.command()
 @click.argument("names", nargs=-1)
 @click.option("--all-configs", is_flag=True, help="Show every config with its source, not just overrides.")
+@click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
+              help="Only partitions whose ISR is smaller than their replicas.")
+@click.option("--unavailable-partitions", "unavailable", is_flag=True, help="Only partitions without a leader.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @client_options
-def describe(names: tuple[str, ...], all_configs: bool, as_json: bool, client: ClientOptions) -> None:
+def describe(names: tuple[str, ...], all_configs: bool, under_replicated: bool, unavailable: bool, as_json: bool,
+             client: ClientOptions) -> None:
     """Describe topics NAMES (default: all): partitions, leaders, replicas, ISR, offsets, size, configs."""
     admin = admin_client(client)
     md = fetch_metadata(admin, client)
     wanted = list(names) or sorted(md.topics)
     described = []
+    counts: list[int] = []  # each topic's partitions, for the header when a filter leaves out some
     for name in wanted:
         tmd = topic_metadata(admin, client, name) if names else md.topics[name]
-        described.append(_describe_one(admin, md, tmd, client, all_configs))
+        d = _describe_one(admin, md, tmd, client, all_configs)
+        counts.append(len(d["partitions"]))
+        d["partitions"] = [p for p in d["partitions"] if _wanted_partition(p, under_replicated, unavailable)]
+        if d["partitions"] or not (under_replicated or unavailable):
+            described.append(d)
+        else:
+            counts.pop()
     if as_json:
         click.echo(json.dumps(described, indent=2))
         return
-    for i, d in enumerate(described):
+    for i, (d, count) in enumerate(zip(described, counts, strict=True)):
         if i:
             click.echo()
-        _print_described(d, client.bootstrap)
+        _print_described(d, count)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // strom console: plain JavaScript, no build step, no dependencies.
-// Hash routes: #/overview  #/topics  #/topics/NAME  #/messages/TOPIC/PARTITION  #/groups  #/groups/ID
+// Hash routes: #/overview  #/cluster  #/topics  #/topics/NAME  #/messages/TOPIC/PARTITION  #/groups  #/groups/ID
 // Every page polls the REST API (/api/...) every POLL_MS, so it updates without a reload.
 "use strict";
 
@@ -151,6 +151,20 @@ function lagCell(lag) {
   return el("td", { class: "num " + (lag > 0 ? "lag-pos" : "lag-0"), text: fmtNum(lag) });
 }
 
+// A partition's replication state: offline (no live leader), under-replicated (ISR smaller than
+// the replicas) or in sync.
+function replicaBadge(p) {
+  if (p.offline) return el("span", { class: "badge offline", text: "offline" });
+  if (p.under_replicated) return el("span", { class: "badge urp", text: "under-replicated" });
+  return el("span", { class: "badge insync", text: "in sync" });
+}
+
+function replicaList(ids, offline) {
+  // Replicas on brokers that are down are struck through.
+  return el("span", {}, ids.flatMap((id, i) => [i ? ", " : "",
+    (offline || []).includes(id) ? el("s", { class: "down", title: "broker down", text: String(id) }) : String(id)]));
+}
+
 // ------------------------------------------------------------------ throughput history (all pages)
 
 function setSamples(ov) {
@@ -254,6 +268,9 @@ pages.overview = {
     const now = r.length ? r[r.length - 1] : null;
     root.querySelector("#ov-cards").replaceChildren(
       card("Status", b.ready ? "Ready" : "Starting", b.status),
+      card("Brokers", fmtNum(ov.cluster.brokers), `controller ${ov.cluster.controller_id}`, "ov-brokers"),
+      card("Under-replicated", fmtNum(ov.cluster.under_replicated_partitions),
+        ov.cluster.offline_partitions ? `${fmtNum(ov.cluster.offline_partitions)} offline` : "partitions", "ov-urp"),
       card("Topics", fmtNum(ov.topics), `${fmtNum(ov.internal_topics)} internal`),
       card("Partitions", fmtNum(ov.partitions)),
       card("Data on disk", fmtBytes(ov.size_bytes)),
@@ -282,6 +299,48 @@ pages.overview = {
         el("td", { class: "num", text: fmtNum(t.messages) }),
         el("td", { class: "num", text: fmtBytes(t.size_bytes) }))),
       "No topics yet."));
+  },
+};
+
+pages.cluster = {
+  mount(root) {
+    root.append(el("h1", {}, "Cluster", el("small", { id: "cl-sub" })));
+    root.append(el("div", { class: "cards", id: "cl-cards" }));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Brokers" }), el("div", { id: "cl-brokers" })));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Partitions needing attention" }),
+      el("div", { id: "cl-partitions" })));
+  },
+  async refresh(root) {
+    const c = await api("/api/cluster");
+    root.querySelector("#cl-sub").textContent = `cluster ${c.cluster_id} · seen from broker ${c.broker_id}`;
+    const urp = c.under_replicated_partitions, offline = c.offline_partitions;
+    root.querySelector("#cl-cards").replaceChildren(
+      card("Brokers", fmtNum(c.brokers.length)),
+      card("Controller", c.controller_id >= 0 ? String(c.controller_id) : "none"),
+      card("Partitions", fmtNum(c.partitions)),
+      card("Under-replicated", fmtNum(urp.length), "ISR smaller than replicas"),
+      card("Offline", fmtNum(offline.length), "no live leader"));
+    root.querySelector("#cl-brokers").replaceChildren(table(
+      [["Broker", "num"], "Address", "Rack", "Role"],
+      c.brokers.map((b) => el("tr", { "data-broker": b.id },
+        el("td", { class: "num", text: b.id }),
+        el("td", { class: "mono", text: `${b.host}:${b.port}` }),
+        el("td", { text: b.rack || "–" }),
+        el("td", {},
+          b.controller ? el("span", { class: "badge controller", text: "controller" }) : null, " ",
+          b.self ? el("span", { class: "badge", text: "this broker" }) : null))),
+      "No live brokers."));
+    const rows = [...offline.map((p) => ({ ...p, offline: true })), ...urp.map((p) => ({ ...p, under_replicated: true }))];
+    root.querySelector("#cl-partitions").replaceChildren(table(
+      ["Topic", ["Partition", "num"], ["Leader", "num"], "Replicas", "ISR", "State"],
+      rows.map((p) => el("tr", { "data-tp": `${p.topic}-${p.partition}`, class: p.offline ? "offline" : "urp" },
+        el("td", {}, el("a", { href: `#/topics/${encodeURIComponent(p.topic)}`, text: p.topic })),
+        el("td", { class: "num", text: p.partition }),
+        el("td", { class: "num", text: p.leader >= 0 ? p.leader : "none" }),
+        el("td", {}, replicaList(p.replicas, p.offline_replicas)),
+        el("td", { text: p.isr.join(", ") }),
+        el("td", {}, replicaBadge(p)))),
+      "Every partition has a leader and its full ISR."));
   },
 };
 
@@ -341,7 +400,10 @@ pages.topics = {
     };
     const rows = shown.map((t) => el("tr", { "data-topic": t.name },
       el("td", {}, el("a", { href: `#/topics/${encodeURIComponent(t.name)}`, text: t.name }),
-        t.internal ? el("span", { class: "badge internal", style: "margin-left:8px", text: "internal" }) : null),
+        t.internal ? el("span", { class: "badge internal", style: "margin-left:8px", text: "internal" }) : null,
+        t.offline_partitions ? el("span", { class: "badge offline", style: "margin-left:8px", text: "offline" })
+          : t.under_replicated_partitions ? el("span", { class: "badge urp", style: "margin-left:8px", text: "under-replicated" })
+          : null),
       el("td", { class: "num", text: fmtNum(t.partitions) }),
       el("td", { class: "num", text: fmtNum(t.replication_factor) }),
       el("td", { class: "num", text: fmtNum(t.messages) }),
@@ -389,25 +451,29 @@ pages.topic = {
       return;
     }
     root.querySelector("#t-cards").replaceChildren(
-      card("Partitions", fmtNum(t.partitions)),
+      card("Partitions", fmtNum(t.partitions), `replication factor ${t.replication_factor}`),
+      card("Under-replicated", fmtNum(t.under_replicated_partitions),
+        t.offline_partitions ? `${fmtNum(t.offline_partitions)} offline` : "partitions"),
       card("Messages", fmtNum(t.messages)),
       card("Size", fmtBytes(t.size_bytes)),
       card("Records in", fmtNum(t.records_in), fmtBytes(t.bytes_in)),
       card("Records out", fmtNum(t.records_out), fmtBytes(t.bytes_out)),
       card("Topic id", t.topic_id.slice(0, 8) + "…", t.topic_id));
     root.querySelector("#t-parts").replaceChildren(table(
-      [["Partition", "num"], ["Leader", "num"], "Replicas", "ISR", ["Start offset", "num"], ["High watermark", "num"],
-       ["End offset", "num"], ["Messages", "num"], ["Size", "num"], ""],
-      t.partition_list.map((p) => el("tr", {},
+      [["Partition", "num"], ["Leader", "num"], "Replicas", "ISR", ["Start offset", "num"],
+       ["High watermark", "num"], ["End offset", "num"], ["Messages", "num"], ["Size", "num"], "Replication", ""],
+      t.partition_list.map((p) => el("tr", { "data-partition": p.partition,
+                                             class: p.offline ? "offline" : p.under_replicated ? "urp" : null },
         el("td", { class: "num", text: p.partition }),
-        el("td", { class: "num", text: p.leader }),
-        el("td", { text: p.replicas.join(", ") }),
+        el("td", { class: "num", text: p.leader >= 0 ? p.leader : "none" }),
+        el("td", {}, replicaList(p.replicas, p.offline_replicas)),
         el("td", { text: p.isr.join(", ") }),
         el("td", { class: "num", text: fmtNum(p.log_start_offset) }),
         el("td", { class: "num", text: fmtNum(p.high_watermark) }),
         el("td", { class: "num", text: fmtNum(p.log_end_offset) }),
         el("td", { class: "num", text: fmtNum(p.messages) }),
         el("td", { class: "num", text: fmtBytes(p.size_bytes) }),
+        el("td", {}, replicaBadge(p)),
         el("td", {}, el("a", { href: `#/messages/${encodeURIComponent(t.name)}/${p.partition}`, text: "browse" }))))));
     const cfg = Object.entries(t.configs);
     root.querySelector("#t-configs").replaceChildren(cfg.length

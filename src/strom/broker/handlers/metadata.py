@@ -18,6 +18,16 @@ MAX_VERSION = 12
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 UNKNOWN_TOPIC_ID = 100
+NOT_REQUESTED = -2147483648  # the schema's default for the authorized operations fields
+
+# Kafka's AclOperation codes a CLUSTER resource supports: CREATE 5, ALTER 7, DESCRIBE 8,
+# CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12. Without an authorizer
+# Kafka reports all of them as allowed; strom has no authorizer, so it does the same.
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+def cluster_authorized_operations(requested: bool) -> int:
+    return CLUSTER_OPERATIONS if requested else NOT_REQUESTED
 
 
 def topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
@@ -126,5 +136,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         "cluster_id": md.cluster_id,
         "controller_id": controller,
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        # Asked for by Metadata v8-v10 (librdkafka's describe_cluster comes this way).
+        "cluster_authorized_operations": cluster_authorized_operations(
+            bool(getattr(request, "include_cluster_authorized_operations", False))),
     }
