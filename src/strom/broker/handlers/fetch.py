@@ -110,7 +110,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
     if total >= request.min_bytes or errors or not keys or request.max_wait.total_seconds() <= 0:
-        return _result(broker, topics, responses)
+        return _result(broker, topics, responses, replica_id)
     return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id)
 
 
@@ -136,13 +136,14 @@ async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None
         responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0:
-            return _result(broker, topics, responses)
+            return _result(broker, topics, responses, replica_id)
         await broker.purgatory.wait(keys, remaining)
 
 
 def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-            responses: list[dict[str, Any]]) -> dict[str, Any]:
-    broker.metrics.fetched(topics, responses)
+            responses: list[dict[str, Any]], replica_id: int = -1) -> dict[str, Any]:
+    if replica_id < 0:  # bytes out to consumers; followers' copies are replication, not consumption
+        broker.metrics.fetched(topics, responses)
     # The record batches go to the socket beside the encoded response, not through the encoder.
     blobs = BlobSplicer()
     for topic in responses:
