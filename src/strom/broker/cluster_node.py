@@ -105,10 +105,28 @@ class ClusterNode:
                      "in-sync replica)", took * 1000, replicas.led())
 
     def _on_event(self, event: ClusterEvent) -> None:
+        if event.kind == "broker_config":
+            self._apply_broker_configs()
         if event.kind == "session":
             # A new session: our registration vanished with the old one. Register again; we come
             # back as a follower (the controller moved our leaderships when we disappeared).
             self.broker.spawn(self._reregister())
+
+    def _apply_broker_configs(self) -> None:
+        """Dynamic broker configs changed in ZooKeeper (by any broker): take the new layers."""
+        from strom.config import ConfigError
+        from strom.config.dynamic import with_dynamic_configs
+
+        broker = self.broker
+        try:
+            new = with_dynamic_configs(broker.config, self.store.broker_configs(""),
+                                       self.store.broker_configs(str(broker.config.broker_id)))
+        except ConfigError as e:
+            log.warning("ignoring dynamic broker configs from ZooKeeper: %s", e)
+            return
+        if new != broker.config:
+            broker.config_admin.apply_broker_config(new)
+            log.info("dynamic broker configs from ZooKeeper applied")
 
     async def _reregister(self) -> None:
         try:
