@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,37 @@ def test_spark_sink_writes_to_a_replicated_topic(cluster: Cluster, tmp_path: Pat
     values = sorted(v for p in range(2) for _, v in read_partition(cluster.bootstrap, topic, p))
     assert values == sorted(f"value-{i}".encode() for i in range(500))
     cluster.wait_full_isr(topic, 2)
+
+
+def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    """`strom demo trucking` with the cluster as its broker: events in, alerts out, windows written,
+    while the leader of the events topic's first partition is moved by a controlled shutdown."""
+    from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC
+
+    out = tmp_path / "demo-out"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+    demo = subprocess.Popen([sys.executable, "-m", "strom.cli.main", "demo", "trucking", "-b", cluster.bootstrap,
+                             "--duration", "60", "--rate", "60", "--speedup", "30", "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        wait_until(lambda: cluster.state(EVENTS_TOPIC, 0) is not None and cluster.leader(EVENTS_TOPIC, 0) > 0, 120,
+                   what="the demo's events topic")
+        time.sleep(15)
+        moved = cluster.leader(EVENTS_TOPIC, 0)
+        cluster.brokers[moved].stop()
+        cluster.brokers[moved].start(timeout=60)
+        output, _ = demo.communicate(timeout=240)
+    finally:
+        if demo.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(30)
+    assert demo.returncode == 0, output[-3000:]
+    assert "using the broker at" in output, output[-3000:]
+    assert not re.search(r"query \S+ failed:|producing failed:", output), output[-3000:]
+    assert len(cluster.replicas(EVENTS_TOPIC)[0]) == 3  # the demo's topics are replicated like any other
+    alerts = [v for p in range(len(cluster.replicas(ALERTS_TOPIC))) for _, v in read_partition(cluster.bootstrap,
+                                                                                              ALERTS_TOPIC, p)]
+    assert alerts, output[-3000:]
+    assert any(out.rglob("*.parquet")), "no per-driver window was written"

@@ -98,7 +98,8 @@ def ensure_topics(client: ClientOptions) -> None:
 
     admin = AdminClient(client_config(client))
     existing = set(admin.list_topics(timeout=10).topics)
-    wanted = [NewTopic(EVENTS_TOPIC, 3, 1), NewTopic(ALERTS_TOPIC, 1, 1)]
+    # Replication factor -1: the broker's default.replication.factor (3 in `strom dev-cluster 3`).
+    wanted = [NewTopic(EVENTS_TOPIC, 3, -1), NewTopic(ALERTS_TOPIC, 1, -1)]
     new = [t for t in wanted if t.topic not in existing]
     if new:
         for f in admin.create_topics(new, request_timeout=30).values():
@@ -135,7 +136,7 @@ def run_demo(client: ClientOptions, duration: float, rate: float, speedup: float
 
 def _run(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
          console: Console) -> int:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     from strom.demo.trucking import job
     from strom.demo.trucking.simulator import LiveSimulator
@@ -171,10 +172,7 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
 
     consumer = Consumer(client_config(client, **{"group.id": f"strom-demo-{start_ms}", "enable.auto.commit": False,
                                                  "auto.offset.reset": "latest"}))
-    tp = consumer.offsets_for_times([TopicPartition(ALERTS_TOPIC, 0, start_ms)], timeout=10)[0]
-    if tp.offset < 0:
-        tp = TopicPartition(ALERTS_TOPIC, 0, consumer.get_watermark_offsets(tp, timeout=10)[1])
-    consumer.assign([tp])
+    consumer.assign([_alerts_from(consumer, start_ms)])
     alerts = 0
     deadline = time.monotonic() + duration if duration else None
     last_status = time.monotonic()
@@ -218,6 +216,24 @@ def _stop_between_batches(query: Any, timeout: float = 20.0) -> None:
             time.sleep(0.05)
     with contextlib.suppress(Exception):
         query.stop()
+
+
+def _alerts_from(consumer: Any, start_ms: int, patience_s: float = 60.0) -> Any:
+    """Where the alerts of this run start in the alerts topic; asked again while a broker of a
+    cluster restarts or the partition's leadership moves."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            tp = consumer.offsets_for_times([TopicPartition(ALERTS_TOPIC, 0, start_ms)], timeout=10)[0]
+            if tp.offset < 0:
+                tp = TopicPartition(ALERTS_TOPIC, 0, consumer.get_watermark_offsets(tp, timeout=10)[1])
+            return tp
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _summary(spark: Any, output: Path, console: Console, produced: int, alerts: int) -> None:
