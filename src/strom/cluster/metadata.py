@@ -69,7 +69,23 @@ class MetadataStore(Protocol):
     def allocate_producer_id(self) -> int: ...
 
 
-class LocalMetadataStore:
+class TopicLookups:
+    """Topics by name and by id, as both stores keep them (``_topics`` and ``_by_id``)."""
+
+    _topics: dict[str, TopicInfo]
+    _by_id: dict[uuid.UUID, TopicInfo]
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+
+class LocalMetadataStore(TopicLookups):
     """Single-broker metadata in a JSON file (written .tmp, fsync, rename, fsync dir)."""
 
     def __init__(self, directory: Path) -> None:
@@ -111,15 +127,6 @@ class LocalMetadataStore:
             "broker_configs": self._broker_configs,
         }
         atomic_write(self.path, json.dumps(doc, indent=1).encode())
-
-    def topics(self) -> dict[str, TopicInfo]:
-        return self._topics
-
-    def get_topic(self, name: str) -> TopicInfo | None:
-        return self._topics.get(name)
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self._by_id.get(topic_id)
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
                      topic_id: uuid.UUID | None = None) -> TopicInfo:

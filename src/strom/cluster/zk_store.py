@@ -27,7 +27,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from strom.cluster import zk_layout as zl
-from strom.cluster.metadata import TopicInfo, _new_cluster_id
+from strom.cluster.metadata import TopicInfo, TopicLookups, _new_cluster_id
 from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAssignment
 
 log = logging.getLogger("strom.cluster")
@@ -57,7 +57,7 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
 
 
-class ZkMetadataStore:
+class ZkMetadataStore(TopicLookups):
     def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int, broker_id: int) -> None:
         self.connect_string = connect
         self.broker_id = broker_id
@@ -340,16 +340,7 @@ class ZkMetadataStore:
     def state(self, topic: str, partition: int) -> PartitionState | None:
         return self.states.get((topic, partition))
 
-    # ---- MetadataStore ---------------------------------------------------------------------------
-
-    def topics(self) -> dict[str, TopicInfo]:
-        return self._topics
-
-    def get_topic(self, name: str) -> TopicInfo | None:
-        return self._topics.get(name)
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self._by_id.get(topic_id)
+    # ---- MetadataStore (topics(), get_topic() and topic_by_id() come from TopicLookups) -------
 
     def create_topic_assignment(self, name: str, topic_id: uuid.UUID, replicas: dict[int, list[int]],
                                 configs: dict[str, str]) -> None:
