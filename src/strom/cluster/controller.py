@@ -329,7 +329,8 @@ class Controller:
                 new_replicas = target + [b for b in original if b not in target]
                 new_adding = [b for b in target if b not in original]
                 new_removing = [b for b in original if b not in target]
-            await store.run(self._write_assignment, topic, partition, new_replicas, new_adding, new_removing)
+            written = await store.run(self._write_assignment, topic, partition, new_replicas, new_adding, new_removing)
+            store.assignments[topic] = written  # at once: a ListPartitionReassignments right after sees it
             log.info("%s-%d: reassigning %s -> %s", topic, partition, current, target if target is not None else original)
         self._dirty.set()
         return E.none, None
@@ -357,11 +358,11 @@ class Controller:
                 new = PartitionState(state.leader, state.leader_epoch, tuple(b for b in state.isr if b in target),
                                      self.epoch, state.zk_version)
                 await store.run(self._write_state, topic, p, state, new)
-            await store.run(self._write_assignment, topic, p, target, [], [])
+            store.assignments[topic] = await store.run(self._write_assignment, topic, p, target, [], [])
             log.info("%s-%d: reassignment done, replicas %s", topic, p, target)
 
     def _write_assignment(self, topic: str, partition: int, replicas: list[int], adding: list[int],
-                          removing: list[int]) -> None:
+                          removing: list[int]) -> zl.TopicAssignment:
         """Blocking: one partition's replicas in the topic node, fenced like every controller write."""
         zk = self.store.zk
         data, stat = zk.get(zl.topic_path(topic))
@@ -383,6 +384,7 @@ class Controller:
             raise _Fenced()
         if any(isinstance(r, Exception) for r in results):
             raise RuntimeError(f"{topic}: the topic node changed meanwhile ({results[1]!r})")
+        return new
 
     # ---- topic deletion ---------------------------------------------------------------------
 

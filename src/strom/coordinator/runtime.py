@@ -295,6 +295,8 @@ class GroupCoordinatorRuntime:
             if plog.needs_flush():
                 to_flush.append(plog)
             if part is not None:
+                assert replicas is not None
+                replicas.appended(part)
                 waits.append((part, plog.log_end_offset, {"error_code": E.none}))
         return to_flush, waits
 

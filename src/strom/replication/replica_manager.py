@@ -225,6 +225,11 @@ class ReplicaManager:
                 and replica_id not in self.store.shutting_down:
             self._change_isr(part, (*part.isr, replica_id), "expand")
 
+    def appended(self, part: Partition) -> None:
+        """The leader appended: with no other replica in the ISR the records are committed now."""
+        if len(part.isr) <= 1:
+            self._after_hw_inputs_changed(part)
+
     def _after_hw_inputs_changed(self, part: Partition) -> None:
         if part.maybe_advance_high_watermark():
             self.broker.purgatory.notify(part.key)

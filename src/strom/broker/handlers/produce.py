@@ -165,8 +165,11 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
             if result["error_code"] == NONE:
                 if plog.needs_flush():
                     to_flush.append(plog)
-                if part is not None and acks == -1:
-                    waits.append((part, plog.log_end_offset, result))
+                if part is not None:
+                    assert replicas is not None
+                    replicas.appended(part)
+                    if acks == -1:
+                        waits.append((part, plog.log_end_offset, result))
             parts.append(result)
         responses.append({"name": topic.name, "partition_responses": parts})
     response = None if acks == 0 else {"responses": responses, "throttle_time": 0}
