@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -73,8 +74,9 @@ RECORD_SIZE = 1024
 class BrokerNode:
     """One strom broker process on 127.0.0.1 with its own log directory and log file."""
 
-    def __init__(self, broker_id: int, workdir: Path, settings: dict[str, str]) -> None:
+    def __init__(self, broker_id: int, workdir: Path, settings: dict[str, str], src: Path | None = None) -> None:
         self.broker_id = broker_id
+        self.src = src  # run the strom package of this source tree instead of the installed one
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.log_path = workdir / "broker.log"
@@ -106,10 +108,14 @@ class BrokerNode:
         cmd = [sys.executable, "-m", "strom.cli.main", "broker"]
         for k, v in self.settings.items():
             cmd += ["--override", f"{k}={v}"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.src is not None:
+            # Ahead of the editable install's .pth entry, so this tree's strom is the one imported.
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.src / "src"), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as out:
             # Own session: a Ctrl-C on the terminal reaches this script only, which stops the brokers.
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                         env=env)
         deadline = time.monotonic() + timeout
         while True:
             with open(self.log_path, "rb") as f:
@@ -154,12 +160,12 @@ class LocalCluster:
     """``size`` brokers on one ZooKeeper under their own chroot."""
 
     def __init__(self, name: str, zk: ZooKeeperServer, workdir: Path, size: int = 3,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None, src: Path | None = None) -> None:
         self.name = name
         self.zk = zk
         self.chroot = f"/{name}"
         common = {"zookeeper.connect": zk.connect + self.chroot, **CLUSTER_SETTINGS, **(settings or {})}
-        self.nodes = {i: BrokerNode(i, workdir / f"{name}-broker-{i}", common) for i in range(1, size + 1)}
+        self.nodes = {i: BrokerNode(i, workdir / f"{name}-broker-{i}", common, src) for i in range(1, size + 1)}
         self._kazoo: Any = None
 
     @property
@@ -261,8 +267,9 @@ class Processes:
         self.zookeepers.append(zk)
         return zk.start()
 
-    def cluster(self, name: str, zk: ZooKeeperServer, workdir: Path, settings: dict[str, str] | None = None) -> LocalCluster:
-        c = LocalCluster(name, zk, workdir, settings=settings)
+    def cluster(self, name: str, zk: ZooKeeperServer, workdir: Path, settings: dict[str, str] | None = None,
+                src: Path | None = None) -> LocalCluster:
+        c = LocalCluster(name, zk, workdir, settings=settings, src=src)
         self.clusters.append(c)
         return c.start()
 
@@ -341,9 +348,10 @@ def fmt_spread(s: dict[str, float] | None, unit: str = "") -> str:
 
 @dataclass
 class ThroughputVariant:
+    key: str  # as --variants names it
     label: str
     acks: str
-    replicated: bool
+    cluster: str | None  # None: the single broker
 
 
 def run_bench(bootstrap: str, pids: dict[str, int], args: list[str], timeout: float,
@@ -388,23 +396,36 @@ def stop_py_spy(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def throughput(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[str, Any]:
-    log("throughput: starting one broker (no ZooKeeper), ZooKeeper and three brokers")
+    alt_settings = dict(kv.split("=", 1) for kv in args.alt_setting)
+    alt_desc = " ".join([*(f"{k}={v}" for k, v in alt_settings.items()), *([f"src={args.alt_src}"] if args.alt_src else [])])
+    every = [ThroughputVariant("single", "single acks=1", "1", None),
+             ThroughputVariant("all", "cluster acks=all", "all", "main"),
+             ThroughputVariant("acks1", "cluster acks=1", "1", "main"),
+             ThroughputVariant("alt", f"alt cluster acks=all ({alt_desc})", "all", "alt")]
+    wanted = args.variants.split(",") if args.variants else \
+        ["single", "all", "acks1", *(["alt"] if alt_settings or args.alt_src else [])]
+    variants = [v for v in every if v.key in wanted]
+    log(f"throughput: starting one broker (no ZooKeeper), ZooKeeper and clusters of three; {[v.label for v in variants]}")
     single = procs.broker(workdir / "single")
     zk = procs.zookeeper(workdir / "zookeeper-throughput")
-    cluster = procs.cluster("throughput", zk, workdir, {"zookeeper.session.timeout.ms": "6000"})
-    variants = [ThroughputVariant("single acks=1", "1", False), ThroughputVariant("cluster acks=all", "all", True),
-                ThroughputVariant("cluster acks=1", "1", True)]
+    clusters = {"main": procs.cluster("throughput", zk, workdir, {"zookeeper.session.timeout.ms": "6000"})}
+    if any(v.cluster == "alt" for v in variants):
+        clusters["alt"] = procs.cluster("throughput-alt", zk, workdir,
+                                        {"zookeeper.session.timeout.ms": "6000", **alt_settings}, args.alt_src)
     bench_args = ["--records", str(args.records), "--record-size", str(RECORD_SIZE), "--linger-ms", "5",
                   "--duration", f"{args.max_seconds:g}", "--timeout", "30", "--no-progress"]
     runs: dict[str, list[dict[str, Any]]] = {v.label: [] for v in variants}
     for rep in range(args.repetitions):
         for v in variants:
-            topic = f"tput-{v.label.replace(' ', '-').replace('=', '')}-{rep}"
-            if v.replicated:
+            topic = f"tput-{v.key}-{rep}"
+            settle: Callable[[], float | None] | None = None
+            if v.cluster is not None:
+                cluster = clusters[v.cluster]
                 create_topic(cluster.bootstrap, topic, args.partitions, 3, config={"min.insync.replicas": "2"})
                 cluster.wait_full_isr(topic, args.partitions)
                 bootstrap = cluster.bootstrap
                 pids = {f"broker {i}": p for i, p in cluster.pids().items()}
+                settle = functools.partial(wait_caught_up, cluster, topic, args.partitions, 120)
             else:
                 create_topic(single.bootstrap, topic, args.partitions, 1)
                 bootstrap = single.bootstrap
@@ -412,21 +433,22 @@ def throughput(args: argparse.Namespace, procs: Processes, workdir: Path) -> dic
             spies = []
             if args.profile is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)
-                slug = v.label.replace(" ", "_").replace("=", "")
-                spies = [py_spy(pid, args.profile / f"{slug}-{rep}-{name.replace(' ', '')}.txt")
+                spies = [py_spy(pid, args.profile / f"{v.key}-{rep}-{name.replace(' ', '')}.txt")
                          for name, pid in pids.items()]
-            settle = (lambda c=cluster, t=topic: wait_caught_up(c, t, args.partitions, 120)) if v.replicated else None
             result = run_bench(bootstrap, pids, ["--topic", topic, "--acks", v.acks, *bench_args],
                                timeout=args.max_seconds + 120, settle=settle)
             stop_py_spy(spies)
+            if v.cluster is not None and "error" not in result:
+                result["replicas_identical"] = replicas_identical(clusters[v.cluster], topic, args.partitions)
             result["repetition"] = rep
             runs[v.label].append(result)
             log(f"  rep {rep + 1}/{args.repetitions} {v.label:<17} " + (
                 result.get("error") or f"{result['mb_per_s']:7.1f} MB/s  {result['records_per_s']:9,.0f} rec/s  "
                 f"acked {result['records']['acknowledged']}/{result['records']['sent']}  "
                 f"p99 {result['latency_ms']['p99'] if result.get('latency_ms') else '-'} ms  "
-                f"broker CPU {result['broker_cpu_s']}"))
-    cluster.stop()
+                f"broker CPU {result['broker_cpu_s']}  replicas caught up {result.get('replicas_caught_up_after_s')}"))
+    for c in clusters.values():
+        c.stop()
     single.terminate()
     base = "single acks=1"
     out: dict[str, Any] = {"command_bench": "strom bench produce --json -b <bootstrap> --topic <new topic> --acks <acks> "
@@ -443,11 +465,15 @@ def throughput(args: argparse.Namespace, procs: Processes, workdir: Path) -> dic
             "broker_cpu_s_per_gb": spread([sum(r["broker_cpu_s"].values()) / (r["bytes"] / 1e9) for r in rs if r["bytes"]]),
             "client_cpu_s": spread([r.get("client_cpu_s") for r in rs]),
             "all_acknowledged": all(r.get("ok") for r in runs[v.label]),
+            "replicas_identical": all(r.get("replicas_identical", True) for r in runs[v.label]),
         }
-        if v.label != base:
-            ratios = [r["mb_per_s"] / b["mb_per_s"] for r, b in zip(runs[v.label], runs[base], strict=True)
+        # Per repetition pair; to the single broker, and for the alternative cluster also to the main one.
+        for denominator in ([base] if base in runs else []) + (["cluster acks=all"] if v.cluster == "alt" else []):
+            if v.label == denominator or denominator not in runs:
+                continue
+            ratios = [r["mb_per_s"] / b["mb_per_s"] for r, b in zip(runs[v.label], runs[denominator], strict=True)
                       if "error" not in r and "error" not in b and b["mb_per_s"]]
-            out["figures"][v.label][f"ratio_to_{base}"] = spread(ratios)
+            out["figures"][v.label][f"ratio_to_{denominator}"] = spread(ratios)
     return out
 
 
@@ -456,7 +482,7 @@ def print_throughput(res: dict[str, Any]) -> None:
     for label, f in res["figures"].items():
         print(f"  {label:<17} MB/s {fmt_spread(f['mb_per_s'])}; p50 {fmt_spread(f['latency_p50_ms'], ' ms')}; "
               f"p99 {fmt_spread(f['latency_p99_ms'], ' ms')}; brokers' CPU s/GB {fmt_spread(f['broker_cpu_s_per_gb'])}; "
-              f"all acknowledged: {f['all_acknowledged']}")
+              f"all acknowledged: {f['all_acknowledged']}; replicas identical: {f['replicas_identical']}")
         for k, v in f.items():
             if k.startswith("ratio_to_"):
                 print(f"  {'':<17} ratio to {k[9:]}: {fmt_spread(v)}")
@@ -789,6 +815,37 @@ def sample_lag(cluster: LocalCluster, topic: str, partitions: int, interval_s: f
             r.close()
 
 
+_CRC_AT = 17  # baseOffset 8, batchLength 4, partitionLeaderEpoch 4, magic 1
+
+
+def batch_digest(partition_dir: Path) -> list[tuple[int, int, int]]:
+    """(base offset, length, CRC) of every whole batch in a partition directory, from the headers only."""
+    out = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        fd = os.open(seg, os.O_RDONLY)
+        try:
+            size, pos = os.fstat(fd).st_size, 0
+            while pos + _CRC_AT + 4 <= size:
+                head = os.pread(fd, _CRC_AT + 4, pos)
+                base, length = _BATCH_PREFIX.unpack_from(head)
+                if length <= 0 or pos + _PREFIX + length > size:
+                    break
+                out.append((base, length, int.from_bytes(head[_CRC_AT:_CRC_AT + 4], "big")))
+                pos += _PREFIX + length
+        finally:
+            os.close(fd)
+    return out
+
+
+def replicas_identical(cluster: LocalCluster, topic: str, partitions: int) -> bool:
+    """Every replica of every partition holds the same batches (offsets, lengths, CRCs)."""
+    for p in range(partitions):
+        views = [batch_digest(n.data_dir / f"{topic}-{p}") for n in cluster.nodes.values()]
+        if any(v != views[0] for v in views):
+            return False
+    return True
+
+
 def wait_caught_up(cluster: LocalCluster, topic: str, partitions: int, timeout: float) -> float | None:
     """Wait until every replica of every partition ends at the same offset (read from the segment
     files); the seconds that took, None if it did not happen within ``timeout``."""
@@ -942,6 +999,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=1_000_000, help="throughput: records per run (default 1,000,000)")
     p.add_argument("--max-seconds", type=float, default=20.0, help="throughput: stop sending after this long (default 20)")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR", help="throughput: py-spy every broker into DIR")
+    p.add_argument("--variants", default=None,
+                   help="throughput: which of single,all,acks1,alt to run (default: all but alt, and alt when set up)")
+    p.add_argument("--alt-setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="throughput: run a second cluster with this broker setting too (repeatable), acks=all")
+    p.add_argument("--alt-src", type=Path, default=None, metavar="DIR",
+                   help="throughput: the second cluster runs the strom of this source tree (e.g. a git worktree "
+                        "of the baseline), to compare two builds in one run")
     p.add_argument("--session-timeouts", default="3000,6000", help="failover: zookeeper.session.timeout.ms values")
     p.add_argument("--signals", default="kill,term", help="failover: kill (SIGKILL) and/or term (SIGTERM)")
     p.add_argument("--rate", type=float, default=1000.0, help="failover: records/s (default 1000)")

@@ -71,3 +71,13 @@ def test_log_end_reader_follows_a_growing_segment_and_a_roll(cb: ModuleType, tmp
     second.write_bytes(_batch(5, 1))  # truncated and rewritten (a follower matching its leader)
     assert reader.log_end() == 6
     reader.close()
+
+
+def test_batch_digest_lists_whole_batches_only(cb: ModuleType, tmp_path: Path) -> None:
+    part = tmp_path / "t-0"
+    part.mkdir()
+    b1, b2 = _batch(0, 3), _batch(3, 2)
+    (part / f"{0:020d}.log").write_bytes(b1 + b2[:30])
+    digest = cb.batch_digest(part)
+    assert [(base, length + 12) for base, length, _ in digest] == [(0, len(b1))]
+    assert digest[0][2] == int.from_bytes(b1[17:21], "big")
