@@ -599,8 +599,11 @@ def watch_state(cluster: LocalCluster, topic: str, old_leader: int, stop: thread
 def failover_once(cluster: LocalCluster, session_ms: int, how: str, rep: int, args: argparse.Namespace,
                   client: dict[str, Any]) -> dict[str, Any]:
     controller = cluster.controller()
-    candidates = sorted(i for i in cluster.nodes if i != controller)
-    leader = candidates[rep % len(candidates)]
+    if args.leader == "controller":
+        leader = controller  # its death also needs a new controller before anything moves
+    else:
+        candidates = sorted(i for i in cluster.nodes if i != controller)
+        leader = candidates[rep % len(candidates)]
     others = [i for i in sorted(cluster.nodes) if i != leader]
     topic = f"failover-{how}-{rep}"
     create_topic(cluster.bootstrap, topic, assignment=[[leader, *others]], config={"min.insync.replicas": "2"})
@@ -656,49 +659,57 @@ def failover(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[
 
     timeouts = [int(x) for x in args.session_timeouts.split(",")]
     signals = args.signals.split(",")
-    log(f"failover: starting ZooKeeper and a cluster of three per session timeout {timeouts}")
+    alt_settings = dict(kv.split("=", 1) for kv in args.alt_setting)
+    # With --alt-src/--alt-setting each session timeout gets a second cluster, and the two alternate.
+    builds = ["main", *(["alt"] if args.alt_src or alt_settings else [])]
+    log(f"failover: starting ZooKeeper and a cluster of three per session timeout {timeouts} and build {builds}")
     zk = procs.zookeeper(workdir / "zookeeper-failover")
-    clusters = {ms: procs.cluster(f"failover-{ms}", zk, workdir, {"zookeeper.session.timeout.ms": str(ms)})
-                for ms in timeouts}
+    clusters = {(ms, b): procs.cluster(f"failover-{ms}-{b}", zk, workdir,
+                                       {"zookeeper.session.timeout.ms": str(ms), **(alt_settings if b == "alt" else {})},
+                                       args.alt_src if b == "alt" else None)
+                for ms in timeouts for b in builds}
     client = dict(kv.split("=", 1) for kv in args.producer_property)
     runs: list[dict[str, Any]] = []
     for rep in range(args.repetitions):
         for ms in timeouts:
             for how in signals:
-                r = failover_once(clusters[ms], ms, how, rep, args, client)
-                runs.append(r)
-                log(f"  rep {rep + 1}/{args.repetitions} session {ms} ms {how:<4}: gap "
-                    f"{fmt(r['gap_s'])} s (signal -> first ack {fmt(r['signal_to_first_ack_s'])} s; ZooKeeper: "
-                    f"registration gone {fmt(r['registration_gone_s'])} s, new leader "
-                    f"{fmt(r['new_leader_in_zookeeper_s'])} s); leader {r['leader']} -> {r['new_leader']}, "
-                    f"acked {r['acknowledged']}/{r['sent']}, errors {r['errors'] or 'none'}")
+                for b in builds:
+                    r = failover_once(clusters[(ms, b)], ms, how, rep, args, client)
+                    r["build"] = b
+                    runs.append(r)
+                    log(f"  rep {rep + 1}/{args.repetitions} session {ms} ms {how:<4} {b:<4}: gap "
+                        f"{fmt(r['gap_s'])} s (signal -> first ack {fmt(r['signal_to_first_ack_s'])} s; ZooKeeper: "
+                        f"registration gone {fmt(r['registration_gone_s'])} s, new leader "
+                        f"{fmt(r['new_leader_in_zookeeper_s'])} s); leader {r['leader']} -> {r['new_leader']}, "
+                        f"acked {r['acknowledged']}/{r['sent']}, errors {r['errors'] or 'none'}")
     for c in clusters.values():
         c.stop()
     summary: dict[str, Any] = {}
     for ms in timeouts:
         for how in signals:
-            rs = [r for r in runs if r["session_timeout_ms"] == ms and r["signal"] == how]
-            target = ms / 1000 + 1 if how == "kill" else 1.0
-            gaps = spread([r["gap_s"] for r in rs])
-            summary[f"{how} session={ms}ms"] = {
-                "gap_s": gaps, "target_s": target,
-                "met": gaps is not None and gaps["max"] <= target and all(r["gap_s"] is not None for r in rs),
-                "registration_gone_s": spread([r["registration_gone_s"] for r in rs]),
-                "new_leader_in_zookeeper_s": spread([r["new_leader_in_zookeeper_s"] for r in rs]),
-                "signal_to_first_ack_s": spread([r["signal_to_first_ack_s"] for r in rs]),
-                "gap_starts_after_signal_s": spread([r["gap_starts_after_signal_s"] for r in rs]),
-                "client_after_new_leader_s": spread([r.get("client_after_new_leader_s") for r in rs]),
-                "lost_or_failed": sum(r["unresolved_after_flush"] + sum(r["errors"].values()) for r in rs),
-            }
-    return {"rate": args.rate, "client": {**FAILOVER_CLIENT, **client},
+            for b in builds:
+                rs = [r for r in runs if r["session_timeout_ms"] == ms and r["signal"] == how and r["build"] == b]
+                target = ms / 1000 + 1 if how == "kill" else 1.0
+                gaps = spread([r["gap_s"] for r in rs])
+                name = f"{how} session={ms}ms" + ("" if b == "main" else f" alt ({args.alt_src or ''} {alt_settings or ''})")
+                summary[name] = {
+                    "gap_s": gaps, "target_s": target,
+                    "met": gaps is not None and gaps["max"] <= target and all(r["gap_s"] is not None for r in rs),
+                    "registration_gone_s": spread([r["registration_gone_s"] for r in rs]),
+                    "new_leader_in_zookeeper_s": spread([r["new_leader_in_zookeeper_s"] for r in rs]),
+                    "signal_to_first_ack_s": spread([r["signal_to_first_ack_s"] for r in rs]),
+                    "gap_starts_after_signal_s": spread([r["gap_starts_after_signal_s"] for r in rs]),
+                    "client_after_new_leader_s": spread([r.get("client_after_new_leader_s") for r in rs]),
+                    "lost_or_failed": sum(r["unresolved_after_flush"] + sum(r["errors"].values()) for r in rs),
+                }
+    return {"rate": args.rate, "leader": args.leader, "client": {**FAILOVER_CLIENT, **client},
             "librdkafka_defaults_in_play": {k: v for k, v in LIBRDKAFKA_DEFAULTS_THAT_MATTER.items() if k not in client},
             "librdkafka": confluent_kafka.libversion()[0], "runs": runs, "summary": summary}
 
 
-
-
 def print_failover(res: dict[str, Any]) -> None:
-    print(f"\nfailover (an idempotent acks=all producer at {res['rate']:g} records/s, librdkafka {res['librdkafka']}; "
+    print(f"\nfailover (leader: {'the controller' if res.get('leader') == 'controller' else 'not the controller'}; "
+          f"an idempotent acks=all producer at {res['rate']:g} records/s, librdkafka {res['librdkafka']}; "
           f"client {res['client']})")
     for name, s in res["summary"].items():
         print(f"  {name:<20} gap {fmt_spread(s['gap_s'], ' s')} (median (min-max)); target <= {s['target_s']:g} s: "
@@ -1002,16 +1013,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=None,
                    help="throughput: which of single,all,acks1,alt to run (default: all but alt, and alt when set up)")
     p.add_argument("--alt-setting", action="append", default=[], metavar="KEY=VALUE",
-                   help="throughput: run a second cluster with this broker setting too (repeatable), acks=all")
+                   help="throughput, failover: run a second cluster with this broker setting too (repeatable)")
     p.add_argument("--alt-src", type=Path, default=None, metavar="DIR",
-                   help="throughput: the second cluster runs the strom of this source tree (e.g. a git worktree "
-                        "of the baseline), to compare two builds in one run")
+                   help="throughput, failover: the second cluster runs the strom of this source tree (e.g. "
+                        "`git archive HEAD src | tar -x -C DIR`), to compare two builds in one run")
     p.add_argument("--session-timeouts", default="3000,6000", help="failover: zookeeper.session.timeout.ms values")
     p.add_argument("--signals", default="kill,term", help="failover: kill (SIGKILL) and/or term (SIGTERM)")
     p.add_argument("--rate", type=float, default=1000.0, help="failover: records/s (default 1000)")
     p.add_argument("--steady-seconds", type=float, default=3.0, help="failover: producing before the signal and after recovery")
     p.add_argument("--recover-seconds", type=float, default=30.0,
                    help="failover: give up waiting for acknowledgements this long after the session timeout")
+    p.add_argument("--leader", choices=["other", "controller"], default="other",
+                   help="failover: the partition's leader is a broker other than the controller (default), or the controller")
     p.add_argument("-X", "--producer-property", action="append", default=[], metavar="KEY=VALUE",
                    help="failover: a librdkafka property for the producer (repeatable)")
     p.add_argument("--rates", default="2000,10000", help="lag: records/s to produce (default 2000,10000)")
