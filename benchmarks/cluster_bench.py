@@ -579,11 +579,33 @@ class SteadyProducer:
         return sum(1 for a in self.acked_at if a > t)
 
 
+def probe_leader(bootstrap: str, topic: str, seen: dict[str, float]) -> None:
+    """One acks=all record from a fresh producer, sent as soon as ZooKeeper names the new leader: when it
+    is acknowledged, the new leader's ISR has fetched from it (what acks=all waits for), whatever the
+    long-running producer's own metadata timers do."""
+    from confluent_kafka import Producer
+
+    done = threading.Event()
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            seen["probe_acked"] = time.perf_counter()
+        done.set()
+
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                              "logger": quiet_logger(), "message.timeout.ms": 15000}
+    probe = Producer(config)
+    probe.produce(topic, b"probe", on_delivery=on_delivery)
+    probe.flush(20)
+
+
 def watch_state(cluster: LocalCluster, topic: str, old_leader: int, stop: threading.Event,
                 seen: dict[str, float]) -> None:
-    """Note when ZooKeeper shows the old leader's registration gone and a new leader (for the breakdown)."""
+    """Note when ZooKeeper shows the old leader's registration gone and a new leader (for the breakdown),
+    and probe the new leader then."""
     from strom.cluster import zk_layout as zl
 
+    probe: threading.Thread | None = None
     while not stop.is_set():
         now = time.perf_counter()
         with contextlib.suppress(Exception):
@@ -593,7 +615,12 @@ def watch_state(cluster: LocalCluster, topic: str, old_leader: int, stop: thread
             if "new_leader" not in seen and s is not None and s.leader not in (old_leader, -1):
                 seen["new_leader"] = now
                 seen["new_leader_id"] = s.leader
+                others = ",".join(n.bootstrap for i, n in cluster.nodes.items() if i != old_leader)
+                probe = threading.Thread(target=probe_leader, args=(others, topic, seen), daemon=True)
+                probe.start()
         time.sleep(0.005)
+    if probe is not None:
+        probe.join(25)
 
 
 def failover_once(cluster: LocalCluster, session_ms: int, how: str, rep: int, args: argparse.Namespace,
@@ -633,6 +660,8 @@ def failover_once(cluster: LocalCluster, session_ms: int, how: str, rep: int, ar
     finally:
         stop_watch.set()
         left = producer.stop(30)
+        if watcher.is_alive():
+            watcher.join(30)
     acks = list(producer.acked_at)
     gap = outage(acks, t_signal)
     res.update({
@@ -647,6 +676,8 @@ def failover_once(cluster: LocalCluster, session_ms: int, how: str, rep: int, ar
     })
     if gap is not None and "new_leader" in seen:
         res["client_after_new_leader_s"] = gap[1] - seen["new_leader"]  # what the client adds
+    if "probe_acked" in seen and "new_leader" in seen:
+        res["new_leader_acks_all_after_s"] = seen["probe_acked"] - seen["new_leader"]
     # Bring the broker back and let it catch up, so the next run starts from a whole cluster.
     cluster.nodes[leader].start()
     cluster.wait_registered()
@@ -680,7 +711,8 @@ def failover(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[
                     log(f"  rep {rep + 1}/{args.repetitions} session {ms} ms {how:<4} {b:<4}: gap "
                         f"{fmt(r['gap_s'])} s (signal -> first ack {fmt(r['signal_to_first_ack_s'])} s; ZooKeeper: "
                         f"registration gone {fmt(r['registration_gone_s'])} s, new leader "
-                        f"{fmt(r['new_leader_in_zookeeper_s'])} s); leader {r['leader']} -> {r['new_leader']}, "
+                        f"{fmt(r['new_leader_in_zookeeper_s'])} s, a fresh acks=all record acknowledged "
+                        f"{fmt(r.get('new_leader_acks_all_after_s'))} s after that); leader {r['leader']} -> {r['new_leader']}, "
                         f"acked {r['acknowledged']}/{r['sent']}, errors {r['errors'] or 'none'}")
     for c in clusters.values():
         c.stop()
@@ -700,6 +732,7 @@ def failover(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[
                     "signal_to_first_ack_s": spread([r["signal_to_first_ack_s"] for r in rs]),
                     "gap_starts_after_signal_s": spread([r["gap_starts_after_signal_s"] for r in rs]),
                     "client_after_new_leader_s": spread([r.get("client_after_new_leader_s") for r in rs]),
+                    "new_leader_acks_all_after_s": spread([r.get("new_leader_acks_all_after_s") for r in rs]),
                     "lost_or_failed": sum(r["unresolved_after_flush"] + sum(r["errors"].values()) for r in rs),
                 }
     return {"rate": args.rate, "leader": args.leader, "client": {**FAILOVER_CLIENT, **client},
@@ -714,8 +747,9 @@ def print_failover(res: dict[str, Any]) -> None:
     for name, s in res["summary"].items():
         print(f"  {name:<20} gap {fmt_spread(s['gap_s'], ' s')} (median (min-max)); target <= {s['target_s']:g} s: "
               f"{'met' if s['met'] else 'missed'}; ZooKeeper shows a new leader after "
-              f"{fmt_spread(s['new_leader_in_zookeeper_s'], ' s')}, the client acknowledges "
-              f"{fmt_spread(s['client_after_new_leader_s'], ' s')} after that; records lost or failed: {s['lost_or_failed']}")
+              f"{fmt_spread(s['new_leader_in_zookeeper_s'], ' s')}, which acknowledges a fresh acks=all record "
+              f"{fmt_spread(s['new_leader_acks_all_after_s'], ' s')} after that; the steady producer "
+              f"{fmt_spread(s['client_after_new_leader_s'], ' s')} after it; records lost or failed: {s['lost_or_failed']}")
 
 
 # --------------------------------------------------------------------------------------------------
