@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import statistics
 import struct
 import subprocess
@@ -579,24 +580,47 @@ class SteadyProducer:
         return sum(1 for a in self.acked_at if a > t)
 
 
-def probe_leader(bootstrap: str, topic: str, seen: dict[str, float]) -> None:
-    """One acks=all record from a fresh producer, sent as soon as ZooKeeper names the new leader: when it
-    is acknowledged, the new leader's ISR has fetched from it (what acks=all waits for), whatever the
-    long-running producer's own metadata timers do."""
-    from confluent_kafka import Producer
+def probe_leader(port: int, topic: str, seen: dict[str, float], timeout: float = 15.0) -> None:
+    """One acks=all Produce sent straight to the new leader as soon as ZooKeeper names it, and again
+    every 5 ms while it answers with an error (it may not have applied its leadership yet). When it is
+    acknowledged, the leader's ISR has fetched from it: what acks=all waits for, with no client
+    metadata timers in the way."""
+    import datetime
 
-    done = threading.Event()
+    from kio.schema.produce.v9 import request as produce_req
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i16, i32, i32Timedelta
 
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is None:
-            seen["probe_acked"] = time.perf_counter()
-        done.set()
+    from strom.protocol import wire
+    from strom.records.codec import build_batch
 
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                              "logger": quiet_logger(), "message.timeout.ms": 15000}
-    probe = Producer(config)
-    probe.produce(topic, b"probe", on_delivery=on_delivery)
-    probe.flush(20)
+    batch = build_batch([(None, b"probe")], timestamp_ms=int(time.time() * 1000))
+    body = produce_req.ProduceRequest(
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        topic_data=(produce_req.TopicProduceData(name=TopicName(topic), partition_data=(
+            produce_req.PartitionProduceData(index=i32(0), records=batch),)),))
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        for correlation in range(1, 10_000):
+            sock.sendall(wire.encode_request(0, 9, correlation, "strom-cluster-bench-probe", body))
+            size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
+            _, resp = wire.decode_response(0, 9, _recv_exactly(sock, size))
+            if resp.responses[0].partition_responses[0].error_code == 0:
+                seen["probe_acked"] = time.perf_counter()
+                return
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return bytes(data)
 
 
 def watch_state(cluster: LocalCluster, topic: str, old_leader: int, stop: threading.Event,
@@ -615,8 +639,8 @@ def watch_state(cluster: LocalCluster, topic: str, old_leader: int, stop: thread
             if "new_leader" not in seen and s is not None and s.leader not in (old_leader, -1):
                 seen["new_leader"] = now
                 seen["new_leader_id"] = s.leader
-                others = ",".join(n.bootstrap for i, n in cluster.nodes.items() if i != old_leader)
-                probe = threading.Thread(target=probe_leader, args=(others, topic, seen), daemon=True)
+                probe = threading.Thread(target=probe_leader, args=(cluster.nodes[s.leader].port, topic, seen),
+                                         daemon=True)
                 probe.start()
         time.sleep(0.005)
     if probe is not None:
@@ -711,7 +735,7 @@ def failover(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[
                     log(f"  rep {rep + 1}/{args.repetitions} session {ms} ms {how:<4} {b:<4}: gap "
                         f"{fmt(r['gap_s'])} s (signal -> first ack {fmt(r['signal_to_first_ack_s'])} s; ZooKeeper: "
                         f"registration gone {fmt(r['registration_gone_s'])} s, new leader "
-                        f"{fmt(r['new_leader_in_zookeeper_s'])} s, a fresh acks=all record acknowledged "
+                        f"{fmt(r['new_leader_in_zookeeper_s'])} s, a raw acks=all Produce to it acknowledged "
                         f"{fmt(r.get('new_leader_acks_all_after_s'))} s after that); leader {r['leader']} -> {r['new_leader']}, "
                         f"acked {r['acknowledged']}/{r['sent']}, errors {r['errors'] or 'none'}")
     for c in clusters.values():
@@ -747,7 +771,7 @@ def print_failover(res: dict[str, Any]) -> None:
     for name, s in res["summary"].items():
         print(f"  {name:<20} gap {fmt_spread(s['gap_s'], ' s')} (median (min-max)); target <= {s['target_s']:g} s: "
               f"{'met' if s['met'] else 'missed'}; ZooKeeper shows a new leader after "
-              f"{fmt_spread(s['new_leader_in_zookeeper_s'], ' s')}, which acknowledges a fresh acks=all record "
+              f"{fmt_spread(s['new_leader_in_zookeeper_s'], ' s')}, which acknowledges a raw acks=all Produce "
               f"{fmt_spread(s['new_leader_acks_all_after_s'], ' s')} after that; the steady producer "
               f"{fmt_spread(s['client_after_new_leader_s'], ' s')} after it; records lost or failed: {s['lost_or_failed']}")
 
