@@ -81,6 +81,12 @@ class ReplicaFetcher:
         conn: BrokerConnection | None = None
         while True:
             if not self.partitions:
+                # Idle: let the connection go (Kafka shuts idle fetchers down). Kept, it may be dead by
+                # the time partitions come back (the leader restarted meanwhile), and its first request
+                # would then fail and cost replica.fetch.backoff.ms while a new leader waits for us.
+                if conn is not None:
+                    conn.close()
+                    conn = None
                 self._changed.clear()
                 await self._changed.wait()
                 continue
