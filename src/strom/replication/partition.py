@@ -13,6 +13,7 @@ leader that cannot reach ZooKeeper can never shrink the ISR to itself and acknow
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -90,12 +91,16 @@ class Partition:
             return True
         return False
 
-    def isr_to_expand(self) -> list[int]:
-        """Followers out of the ISR whose logs reach the high watermark and this epoch's start."""
+    def isr_to_expand(self, ineligible: Collection[int] = ()) -> list[int]:
+        """Followers out of the ISR whose logs reach the high watermark and this epoch's start.
+
+        ``ineligible``: brokers in a controlled shutdown (KIP-841). The controller takes them out of
+        the ISR; one that still fetches until it stops must not be put back, or the two undo each
+        other with a ZooKeeper write each time, and acks=all waits on a broker that is leaving."""
         plog = self.log
         epoch_start = self._epoch_start()
         return [b for b, f in self.followers.items()
-                if b not in self.state.isr and b in self.replicas
+                if b not in self.state.isr and b in self.replicas and b not in ineligible
                 and f.log_end_offset >= plog.high_watermark and f.log_end_offset >= epoch_start]
 
     def isr_to_shrink(self, now_ms: int, lag_max_ms: int) -> list[int]:

@@ -208,12 +208,18 @@ class ReplicaManager:
     def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched from ``fetch_offset``: its log reaches there."""
         part.update_follower(replica_id, fetch_offset, now_ms())
-        self._after_hw_inputs_changed(part)
+        self._after_hw_inputs_changed(part, fetched_by=replica_id)
 
-    def _after_hw_inputs_changed(self, part: Partition) -> None:
+    def _after_hw_inputs_changed(self, part: Partition, fetched_by: int | None = None) -> None:
         if part.maybe_advance_high_watermark():
             self.broker.purgatory.notify(part.key)
-        expand = part.isr_to_expand()
+        # As Kafka's maybeExpandIsr: a follower rejoins the ISR on a fetch of its own, never on the
+        # last one it made. A broker that stopped keeps that last fetch offset here, which on an idle
+        # partition still reaches the high watermark: re-adding it on every state change made the
+        # leader and the controller (which drops dead brokers) undo each other every few ms.
+        if fetched_by is None:
+            return
+        expand = [b for b in part.isr_to_expand(self.store.shutting_down) if b == fetched_by]
         if expand:
             self._change_isr(part, tuple(part.isr) + tuple(expand), "expand")
 
