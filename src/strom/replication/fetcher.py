@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,13 @@ log = logging.getLogger("strom.replication")
 
 FETCH_VERSION = 11
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+# Right after a leader change the follower often asks before the new leader has applied the change
+# itself (both act on the same ZooKeeper watch): these errors then clear within milliseconds, so for
+# one replica.fetch.backoff.ms after the partition came to this fetcher it is retried after this long
+# instead of that backoff (1 s by default), which the new leader's high watermark, and every acks=all
+# producer, would otherwise wait for. Later the full backoff applies, as in Kafka.
+_LEADER_NOT_READY = {E.not_leader_or_follower, E.unknown_leader_epoch}
+_LEADER_NOT_READY_RETRY_S = 0.02
 _RETRY_LATER = {E.not_leader_or_follower, E.fenced_leader_epoch, E.unknown_leader_epoch,
                 E.unknown_topic_or_partition, E.kafka_storage_error}
 
@@ -46,6 +54,7 @@ class _Fetching:
     epoch: int
     truncated: bool = False  # the divergence check after the leader change is done
     delayed_until: float = 0.0
+    added_at: float = 0.0  # time.monotonic() when it came to this fetcher
 
 
 class ReplicaFetcher:
@@ -57,6 +66,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task[Any] | None = None
         cfg = manager.broker.config
         self.backoff_s = max(cfg.replica_fetch_backoff_ms, 10) / 1000
+        self.not_ready_s = min(self.backoff_s, _LEADER_NOT_READY_RETRY_S)
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
         self.socket_timeout_s = cfg.replica_socket_timeout_ms / 1000
 
@@ -69,7 +79,7 @@ class ReplicaFetcher:
             await asyncio.gather(self._task, return_exceptions=True)
 
     def add(self, part: Partition) -> None:
-        self.partitions[part.key] = _Fetching(part, part.leader_epoch)
+        self.partitions[part.key] = _Fetching(part, part.leader_epoch, added_at=time.monotonic())
         self._changed.set()
 
     def remove(self, key: tuple[str, int]) -> None:
@@ -81,6 +91,12 @@ class ReplicaFetcher:
         conn: BrokerConnection | None = None
         while True:
             if not self.partitions:
+                # Idle: let the connection go (Kafka shuts idle fetchers down). Kept, it may be dead by
+                # the time partitions come back (the leader restarted meanwhile), and its first request
+                # would then fail and cost replica.fetch.backoff.ms while a new leader waits for us.
+                if conn is not None:
+                    conn.close()
+                    conn = None
                 self._changed.clear()
                 await self._changed.wait()
                 continue
@@ -118,6 +134,11 @@ class ReplicaFetcher:
         endpoint = reg.address_for(listener)
         return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}", self.socket_timeout_s)
 
+    def _error_backoff(self, f: _Fetching, error_code: int) -> float:
+        if error_code in _LEADER_NOT_READY and time.monotonic() - f.added_at < self.backoff_s:
+            return self.not_ready_s
+        return self.backoff_s
+
     # ---- divergence (OffsetForLeaderEpoch) -------------------------------------------------------
 
     async def _truncate(self, conn: BrokerConnection) -> None:
@@ -141,7 +162,7 @@ class ReplicaFetcher:
                     continue
                 f = fetching
                 if r.error_code != E.none:
-                    f.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
+                    f.delayed_until = asyncio.get_running_loop().time() + self._error_backoff(f, r.error_code)
                     continue
                 f.truncated = self._apply_divergence(f.part, r.leader_epoch, r.end_offset)
 
@@ -223,7 +244,7 @@ class ReplicaFetcher:
             if r.error_code not in _RETRY_LATER:
                 log.warning("%s-%d: fetch from leader %d failed with error %s", part.topic, part.partition,
                             self.leader_id, r.error_code)
-            f.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
+            f.delayed_until = asyncio.get_running_loop().time() + self._error_backoff(f, r.error_code)
             return False
         appended = False
         data = r.records
