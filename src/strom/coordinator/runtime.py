@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -134,7 +135,17 @@ class GroupCoordinatorRuntime:
         started = time.monotonic()
         plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
         before = set(self.shard.groups)
-        records = await self._load_partition(plog) if plog is not None else 0
+        try:
+            records = await self._load_partition(plog) if plog is not None else 0
+        except Exception:
+            # Never leave the partition "loading" for good: drop what was read and try again.
+            log.exception("group coordinator: loading %s-%d failed; retrying", GROUP_METADATA_TOPIC_NAME, partition)
+            for group_id in set(self.shard.groups) - before:
+                self.shard.groups.pop(group_id, None)
+            await asyncio.sleep(1.0)
+            if self.loading.get(partition) == leader_epoch:
+                self.broker.spawn(self._load_owned(partition, leader_epoch))
+            return
         if self.loading.get(partition) != leader_epoch:
             return  # the leadership moved on while loading
         del self.loading[partition]
@@ -185,7 +196,9 @@ class GroupCoordinatorRuntime:
         count = 0
         now = self.clock()
         while offset < end:
-            data = await loop.run_in_executor(None, plog.read, offset, max_bytes)
+            # Up to the log end, not the high watermark: a new leader's high watermark lags behind
+            # records the old leader already had acknowledged (followers learn it one fetch later).
+            data = await loop.run_in_executor(None, functools.partial(plog.read, offset, max_bytes, max_offset=end))
             data = bytes(data) if data else b""
             next_offset = offset
             for header in _complete_batches(data):
