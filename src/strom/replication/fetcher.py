@@ -44,6 +44,8 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 # producer, would otherwise wait for. Later the full backoff applies, as in Kafka.
 _LEADER_NOT_READY = {E.not_leader_or_follower, E.unknown_leader_epoch}
 _LEADER_NOT_READY_RETRY_S = 0.02
+# A Fetch not answered within this long sits in the leader's long-poll (see _fetch_unless_joined).
+_WAITING_S = 0.02
 _RETRY_LATER = {E.not_leader_or_follower, E.fenced_leader_epoch, E.unknown_leader_epoch,
                 E.unknown_topic_or_partition, E.kafka_storage_error}
 
@@ -69,6 +71,7 @@ class ReplicaFetcher:
         self.not_ready_s = min(self.backoff_s, _LEADER_NOT_READY_RETRY_S)
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
         self.socket_timeout_s = cfg.replica_socket_timeout_ms / 1000
+        self._awaiting_response = False  # a Fetch is on the wire and its answer not yet read
 
     def start(self) -> None:
         self._task = self.manager.broker.spawn(self._run())
@@ -104,9 +107,14 @@ class ReplicaFetcher:
                 if conn is None:
                     conn = self._connection()
                     await conn.connect()
+                self._changed.clear()  # from here on, add() tells the fetch below that partitions came
                 if any(not f.truncated for f in self.partitions.values()):
                     await self._truncate(conn)
-                if not await self._fetch(conn):
+                fetched = await self._fetch_unless_joined(conn)
+                if fetched is None:  # given up for partitions that just came: their answer would follow it
+                    conn.close()
+                    conn = None
+                elif not fetched:
                     await asyncio.sleep(min(self.backoff_s, 0.1))
             except asyncio.CancelledError:
                 if conn is not None:
@@ -136,6 +144,9 @@ class ReplicaFetcher:
 
     def _error_backoff(self, f: _Fetching, error_code: int) -> float:
         if error_code in _LEADER_NOT_READY and time.monotonic() - f.added_at < self.backoff_s:
+            # When the short wait is over, the partition must not then wait for a long-poll on the
+            # others: it counts as just come (see _fetch_unless_joined).
+            asyncio.get_running_loop().call_later(self.not_ready_s, self._changed.set)
             return self.not_ready_s
         return self.backoff_s
 
@@ -188,6 +199,31 @@ class ReplicaFetcher:
 
     # ---- fetching --------------------------------------------------------------------------------
 
+    async def _fetch_unless_joined(self, conn: BrokerConnection) -> bool | None:
+        """``_fetch``, given up (None) when partitions come to this fetcher while it waits in the
+        leader's long-poll for the others: they would wait up to replica.fetch.wait.max.ms for it, and
+        right after a leader change so would the new leader's high watermark (acks=all). A fetch out
+        for longer than _WAITING_S is waiting, not moving data: the leader answers at once when it has
+        some; a response already in is always applied."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        fetch = asyncio.ensure_future(self._fetch(conn))
+        joined = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait((fetch, joined), return_when=asyncio.FIRST_COMPLETED)
+            if not fetch.done():
+                await asyncio.wait((fetch,), timeout=max(0.0, started + _WAITING_S - loop.time()))
+            if fetch.done() or not self._awaiting_response:
+                return await fetch
+            fetch.cancel()
+            await asyncio.gather(fetch, return_exceptions=True)
+            return None
+        except asyncio.CancelledError:
+            fetch.cancel()
+            raise
+        finally:
+            joined.cancel()
+
     async def _fetch(self, conn: BrokerConnection) -> bool:
         """One Fetch; False when there was nothing to ask for."""
         now = asyncio.get_running_loop().time()
@@ -213,7 +249,11 @@ class ReplicaFetcher:
                     partition_max_bytes=i32(cfg.replica_fetch_max_bytes)) for f in fs))
                 for t, fs in by_topic.items()),
             forgotten_topics_data=(), rack_id="")
-        response = await conn.request(1, FETCH_VERSION, body, self.socket_timeout_s + self.max_wait_ms / 1000)
+        self._awaiting_response = True
+        try:
+            response = await conn.request(1, FETCH_VERSION, body, self.socket_timeout_s + self.max_wait_ms / 1000)
+        finally:
+            self._awaiting_response = False
         to_flush = []
         for topic in response.responses:
             for r in topic.partitions:
