@@ -8,6 +8,9 @@ this script, stopped when it ends (also on Ctrl-C or SIGTERM).
     .venv/bin/python benchmarks/cluster_bench.py failover -n 3 --session-timeouts 3000,6000
     .venv/bin/python benchmarks/cluster_bench.py lag -n 2 --rates 2000,10000
     .venv/bin/python benchmarks/cluster_bench.py all --json-out /tmp/cluster.json
+    # two builds side by side in one run, alternating (the second from another source tree):
+    git archive HEAD src | tar -x -C /tmp/base
+    .venv/bin/python benchmarks/cluster_bench.py failover -n 6 --session-timeouts 3000 --alt-src /tmp/base
 
 throughput: one broker without ZooKeeper (acks=1, topic RF=1) against three brokers on ZooKeeper (topic
   RF=3, min.insync.replicas=2, acks=all; and acks=1 for reference), the same `strom bench produce`
@@ -16,7 +19,9 @@ failover: an idempotent acks=all producer writes steadily to a partition of RF=3
   the controller; the leader gets SIGKILL (or SIGTERM: controlled shutdown); the gap is from the last
   acknowledgement before the signal to the first after it (acknowledgement time = produce() time +
   librdkafka's own produce-to-ack latency). Clusters with each session timeout run side by side on one
-  ZooKeeper (own chroots) so the settings alternate within one run.
+  ZooKeeper (own chroots) so the settings alternate within one run. For the breakdown, ZooKeeper is
+  watched (registration gone, new leader written) and the new leader gets raw acks=all Produce
+  requests from the moment ZooKeeper names it: when one is acknowledged is the broker side alone.
 lag: `strom bench produce --acks 1 --target-rate R` into a 3-partition RF=3 topic while this script reads
   every replica's log end offset from its active segment file every few ms (followers first, then the
   leader); lag = leader log end - follower log end, in records and in time.
