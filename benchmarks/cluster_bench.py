@@ -317,6 +317,7 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, replication_factor: int = 1,
                  assignment: list[list[int]] | None = None, config: dict[str, str] | None = None) -> None:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": quiet_logger()}
@@ -325,7 +326,18 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, replication_fa
         new = NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment, config=config or {})
     else:
         new = NewTopic(topic, partitions, replication_factor, config=config or {})
-    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            admin.create_topics([new], operation_timeout=30)[topic].result(60)
+            break
+        except KafkaException as e:
+            # Right after a broker registered again, the controller's view of the live brokers may
+            # lag ZooKeeper's (seen once in ~80 failovers); say so rather than hide it.
+            if e.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                raise
+            log(f"  CreateTopics {topic}: {e.args[0].str()}; asking again")
+            time.sleep(0.2)
 
     def ready() -> bool:
         tmd = admin.list_topics(topic, timeout=5).topics.get(topic)
@@ -1101,6 +1113,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"machine": machine(),
                               "command": " ".join(["benchmarks/cluster_bench.py", *(argv or sys.argv[1:])])}
     procs = Processes()
+    failed = False
     parts = ["throughput", "failover", "lag"] if args.what == "all" else [args.what]
     try:
         with interrupted_by_sigterm():
@@ -1109,10 +1122,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted: stopping every process this run started")
         return 130
+    except Exception:
+        failed = True
+        raise
     finally:
         procs.stop_all()
-        if args.workdir is None:
+        if args.workdir is None and not failed:
             shutil.rmtree(workdir, ignore_errors=True)
+        elif failed:
+            log(f"the brokers' and ZooKeeper's logs are kept in {workdir}")
         if args.json_out is not None:
             args.json_out.write_text(json.dumps(report, indent=2, default=str))
     m = report["machine"]
