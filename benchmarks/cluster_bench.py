@@ -1024,28 +1024,41 @@ def lag_once(cluster: LocalCluster, rate: int, rep: int, args: argparse.Namespac
 
 def lag(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[str, Any]:
     rates = [int(x) for x in args.rates.split(",")]
-    log(f"lag: starting ZooKeeper and three brokers; rates {rates} records/s of 1 KB, acks=1")
+    alt_settings = dict(kv.split("=", 1) for kv in args.alt_setting)
+    builds = ["main", *(["alt"] if args.alt_src or alt_settings else [])]
+    log(f"lag: starting ZooKeeper and three brokers per build {builds}; rates {rates} records/s of 1 KB, acks=1")
     zk = procs.zookeeper(workdir / "zookeeper-lag")
-    cluster = procs.cluster("lag", zk, workdir, {"zookeeper.session.timeout.ms": "6000"})
+    clusters = {b: procs.cluster(f"lag-{b}", zk, workdir,
+                                 {"zookeeper.session.timeout.ms": "6000", **(alt_settings if b == "alt" else {})},
+                                 args.alt_src if b == "alt" else None)
+                for b in builds}
     runs = []
     for rep in range(args.repetitions):
         for rate in rates:
-            r = lag_once(cluster, rate, rep, args)
-            runs.append(r)
-            if "error" in r:
-                log(f"  rep {rep + 1} rate {rate}: ERROR {r['error']}")
-                continue
-            log(f"  rep {rep + 1}/{args.repetitions} rate {rate:>6}/s (got {fmt(r['produced_records_per_s'])}): lag records "
-                f"p50 {fmt(r['lag_records']['p50'])} p99 {fmt(r['lag_records']['p99'])} max {fmt(r['lag_records']['max'])}; "
-                f"ms (lag/rate) p50 {fmt(r['lag_ms_by_rate']['p50'])} p99 {fmt(r['lag_ms_by_rate']['p99'])}; "
-                f"ms (by time) p50 {fmt(r['lag_ms_by_time']['p50'])} p99 {fmt(r['lag_ms_by_time']['p99'])} "
-                f"({r['samples']} samples over {r['window_s']} s)")
-    cluster.stop()
-    summary = {}
+            for b in builds:
+                r = lag_once(clusters[b], rate, rep, args)
+                r["build"] = b
+                runs.append(r)
+                if "error" in r:
+                    log(f"  rep {rep + 1} rate {rate} {b}: ERROR {r['error']}")
+                    continue
+                cpu = sum((r.get("broker_cpu_s") or {}).values())
+                log(f"  rep {rep + 1}/{args.repetitions} rate {rate:>6}/s {b:<4} (got {fmt(r['produced_records_per_s'])}): "
+                    f"lag records p50 {fmt(r['lag_records']['p50'])} p99 {fmt(r['lag_records']['p99'])} "
+                    f"max {fmt(r['lag_records']['max'])}; ms (lag/rate) p50 {fmt(r['lag_ms_by_rate']['p50'])} "
+                    f"p99 {fmt(r['lag_ms_by_rate']['p99'])}; ms (by time) p50 {fmt(r['lag_ms_by_time']['p50'])} "
+                    f"p99 {fmt(r['lag_ms_by_time']['p99'])} ({r['samples']} samples over {r['window_s']} s); "
+                    f"brokers' CPU {cpu:.2f} s")
+    for c in clusters.values():
+        c.stop()
+    summary: dict[str, Any] = {}
     for rate in rates:
-        rs = [r for r in runs if r["rate"] == rate and "error" not in r]
-        summary[str(rate)] = {k: {q: spread([r[k][q] for r in rs]) for q in ("p50", "p99", "max")}
-                              for k in ("lag_records", "lag_ms_by_rate", "lag_ms_by_time")}
+        for b in builds:
+            rs = [r for r in runs if r["rate"] == rate and r["build"] == b and "error" not in r]
+            name = str(rate) + ("" if b == "main" else f" alt ({args.alt_src or ''} {alt_settings or ''})")
+            summary[name] = {k: {q: spread([r[k][q] for r in rs]) for q in ("p50", "p99", "max")}
+                             for k in ("lag_records", "lag_ms_by_rate", "lag_ms_by_time")}
+            summary[name]["brokers_cpu_s"] = spread([sum((r.get("broker_cpu_s") or {}).values()) for r in rs])
     return {"partitions": args.partitions, "sample_ms": args.sample_ms, "runs": runs, "summary": summary}
 
 
@@ -1054,10 +1067,10 @@ def print_lag(res: dict[str, Any]) -> None:
           "medians over repetitions of each run's percentile; 'by time' is an upper bound, exact to one sampling "
           "interval)")
     for rate, s in res["summary"].items():
-        print(f"  {rate:>6} records/s: records p50 {fmt_spread(s['lag_records']['p50'])} p99 "
+        print(f"  {rate} records/s: records p50 {fmt_spread(s['lag_records']['p50'])} p99 "
               f"{fmt_spread(s['lag_records']['p99'])}; ms (lag / rate) p50 {fmt_spread(s['lag_ms_by_rate']['p50'])} "
               f"p99 {fmt_spread(s['lag_ms_by_rate']['p99'])}; ms (by time) p50 {fmt_spread(s['lag_ms_by_time']['p50'])} "
-              f"p99 {fmt_spread(s['lag_ms_by_time']['p99'])}")
+              f"p99 {fmt_spread(s['lag_ms_by_time']['p99'])}; brokers' CPU per run {fmt_spread(s['brokers_cpu_s'], ' s')}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1088,9 +1101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=None,
                    help="throughput: which of single,all,acks1,alt to run (default: all but alt, and alt when set up)")
     p.add_argument("--alt-setting", action="append", default=[], metavar="KEY=VALUE",
-                   help="throughput, failover: run a second cluster with this broker setting too (repeatable)")
+                   help="throughput, failover, lag: run a second cluster with this broker setting too (repeatable)")
     p.add_argument("--alt-src", type=Path, default=None, metavar="DIR",
-                   help="throughput, failover: the second cluster runs the strom of this source tree (e.g. "
+                   help="throughput, failover, lag: the second cluster runs the strom of this source tree (e.g. "
                         "`git archive HEAD src | tar -x -C DIR`), to compare two builds in one run")
     p.add_argument("--session-timeouts", default="3000,6000", help="failover: zookeeper.session.timeout.ms values")
     p.add_argument("--signals", default="kill,term", help="failover: kill (SIGKILL) and/or term (SIGTERM)")
