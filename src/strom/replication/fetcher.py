@@ -46,6 +46,9 @@ _LEADER_NOT_READY = {E.not_leader_or_follower, E.unknown_leader_epoch}
 _LEADER_NOT_READY_RETRY_S = 0.02
 # A Fetch not answered within this long sits in the leader's long-poll (see ReplicaFetcher._ask_soon).
 _WAITING_S = 0.02
+# How long stop() waits for the fetcher task (a Fetch being answered takes at most
+# replica.fetch.wait.max.ms once its cancellation was lost, see stop()).
+_STOP_WAIT_S = 5.0
 _RETRY_LATER = {E.not_leader_or_follower, E.fenced_leader_epoch, E.unknown_leader_epoch,
                 E.unknown_topic_or_partition, E.kafka_storage_error}
 
@@ -77,14 +80,24 @@ class ReplicaFetcher:
         self._request_sent_at = 0.0
         self._gave_up = False  # _ask_soon closed the connection under that Fetch
         self._wanted: set[tuple[str, int]] = set()  # to be asked for without waiting (see _ask_soon)
+        self._stopping = False
 
     def start(self) -> None:
         self._task = self.manager.broker.spawn(self._run())
 
     async def stop(self) -> None:
+        # Not the cancel alone: on Python 3.11 asyncio.wait_for (under every request) drops a
+        # cancellation that comes in the loop turn its read completes, and the fetcher then went on
+        # for ever while the broker's shutdown waited for it. The loop also checks this flag, and
+        # the wait is bounded.
+        self._stopping = True
+        self._changed.set()  # an idle fetcher wakes up to see it
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            done, _ = await asyncio.wait((self._task,), timeout=_STOP_WAIT_S)
+            if not done:
+                log.warning("replica fetcher for broker %d did not stop within %.0f s", self.leader_id,
+                            _STOP_WAIT_S)
 
     def add(self, part: Partition) -> None:
         self.partitions[part.key] = _Fetching(part, part.leader_epoch, added_at=time.monotonic())
@@ -129,7 +142,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         conn: BrokerConnection | None = None
-        while True:
+        while not self._stopping:
             if not self.partitions:
                 # Idle: let the connection go (Kafka shuts idle fetchers down). Kept, it may be dead by
                 # the time partitions come back (the leader restarted meanwhile), and its first request
@@ -168,6 +181,8 @@ class ReplicaFetcher:
                     conn.close()
                 conn = None
                 await asyncio.sleep(self.backoff_s)
+        if conn is not None:
+            conn.close()
 
     def _connection(self) -> BrokerConnection:
         manager = self.manager
