@@ -16,3 +16,5 @@ class RequestContext:
     # The listener the connection was accepted on: Metadata and FindCoordinator answer with each
     # broker's endpoint on this listener, as Kafka does ("" when unknown: the inter-broker one).
     listener: str = ""
+    # Who sent it, as Kafka names principals ("User:alice"); authorization decides on it.
+    principal: str = "User:ANONYMOUS"
