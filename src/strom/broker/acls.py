@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from strom.security.acl import (
     CLUSTER_NAME,
+    VALID_OPERATIONS,
     AclAuthorizer,
     AclBinding,
     AclBindingFilter,
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from strom.broker.server import Broker
 
 log = logging.getLogger("strom.security")
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+CONFIG_RESOURCE_TOPIC = 2  # DescribeConfigs' resource types: 2 topic, 4 broker, 8 broker logger
 audit = logging.getLogger("strom.audit")
 
 class AclManager:
@@ -95,8 +99,40 @@ class AclManager:
                        operation.name, resource_type.name, name, ctx.api_key, ctx.api_version, ctx.client_id)
         return False
 
-    def cluster_allowed(self, ctx: RequestContext, operation: AclOperation) -> bool:
-        return self.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def cluster_allowed(self, ctx: RequestContext, operation: AclOperation, audit_denial: bool = True) -> bool:
+        return self.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, audit_denial)
+
+    def denied(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+               names: Iterable[str], audit_denial: bool = True) -> set[str]:
+        """The names of ``names`` the request may not ``operation`` (none without an authorizer)."""
+        if self.authorizer is None:
+            return set()
+        return {n for n in set(names) if not self.allowed(ctx, operation, resource_type, n, audit_denial)}
+
+    def any_allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May the principal ``operation`` some resource of the type (Kafka's authorizeByResourceType:
+        an idempotent producer needs WRITE on some topic, or IDEMPOTENT_WRITE on the cluster)."""
+        authorizer = self.authorizer
+        return authorizer is None or authorizer.any_allowed(ctx.principal, ctx.client_host, operation, resource_type)
+
+    def config_resource_error(self, ctx: RequestContext, operation: AclOperation, resource_type: int,
+                              name: str) -> int:
+        """DescribeConfigs' and (Incremental)AlterConfigs' check of one config resource: the topic's
+        right for a topic (TOPIC_AUTHORIZATION_FAILED), the cluster's for a broker
+        (CLUSTER_AUTHORIZATION_FAILED); 0 when allowed."""
+        if self.authorizer is None:
+            return 0
+        if resource_type == CONFIG_RESOURCE_TOPIC:
+            return 0 if self.allowed(ctx, operation, ResourceType.TOPIC, name) else TOPIC_AUTHORIZATION_FAILED
+        return 0 if self.cluster_allowed(ctx, operation) else CLUSTER_AUTHORIZATION_FAILED
+
+    def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+        """Kafka's bit field of the operations allowed on a resource (Metadata, DescribeCluster,
+        DescribeGroups); every operation the type has when there is no authorizer."""
+        ops = VALID_OPERATIONS[resource_type] - {AclOperation.ALL}
+        if self.authorizer is not None:
+            ops = frozenset(op for op in ops if self.allowed(ctx, op, resource_type, name, audit_denial=False))
+        return sum(1 << int(op) for op in ops)
 
     # ---- changes (CreateAcls, DeleteAcls) --------------------------------------------------------
 

@@ -220,3 +220,24 @@ class AclAuthorizer:
         allowing = _IMPLIED_BY.get(operation, frozenset({operation}))
         return any(b.permission is AclPermission.ALLOW and (b.operation in allowing or b.operation is AclOperation.ALL)
                    for b in mine)
+
+    def any_allowed(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Is some resource of the type open to the principal for ``operation``: an ALLOW for it that
+        no DENY of the same pattern cancels (Kafka's authorizeByResourceType, used where a client
+        needs the right on any one resource, e.g. an idempotent producer's WRITE on some topic)."""
+        if principal in self.super_users:
+            return True
+        bindings = self._bindings.get(resource_type, [])
+        if not bindings:
+            return self.allow_if_none
+
+        def mine(b: AclBinding) -> bool:
+            return b.principal in (principal, WILDCARD_PRINCIPAL) and b.host in (host, WILDCARD)
+
+        allowing = _IMPLIED_BY.get(operation, frozenset({operation}))
+        denied = {(b.resource_name, b.pattern_type) for b in bindings if mine(b) and b.permission is AclPermission.DENY
+                  and b.operation in (operation, AclOperation.ALL)}
+        if (WILDCARD, PatternType.LITERAL) in denied:
+            return False
+        return any(mine(b) and b.permission is AclPermission.ALLOW and (b.operation in allowing or b.operation
+                   is AclOperation.ALL) and (b.resource_name, b.pattern_type) not in denied for b in bindings)
