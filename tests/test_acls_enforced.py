@@ -8,6 +8,7 @@ which is how a first administrator is given rights without super.users."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +208,37 @@ def test_acls_apply_at_once_and_survive_a_restart(secured: BrokerProcess) -> Non
     secured.stop()
     secured.start()
     wait_until(lambda: produce_error(secured, name) == 0, 10, what="the ACL after a restart")
+
+
+def test_strom_acls_add_list_remove_like_kafka_acls(secured: BrokerProcess) -> None:
+    from test_cli_configs import ok, one_line_failure, strom
+
+    name = topic(secured, "cli")
+    b = ["--bootstrap-server", secured.bootstrap]
+    assert produce_error(secured, name) == TOPIC_AUTHORIZATION_FAILED
+    out = ok("acls", "add", "--allow-principal", ME, "--operation", "Write", "--operation", "describe",
+             "--topic", name, *b)
+    assert "Added 2 ACL(s)" in out
+    assert produce_error(secured, name) == 0
+    listed = json.loads(ok("acls", "list", "--topic", name, "--json", *b))
+    assert {(r["principal"], r["operation"], r["permission"]) for r in listed} == {
+        (ME, "WRITE", "ALLOW"), (ME, "DESCRIBE", "ALLOW")}
+    assert "cluster" not in {r["name"] for r in listed}
+    everything = ok("acls", "list", *b)
+    assert name in everything and "kafka-cluster" in everything
+    assert "Removed 1 ACL(s)" in ok("acls", "remove", "--allow-principal", ME, "--operation", "WRITE",
+                                    "--topic", name, *b)
+    assert produce_error(secured, name) == TOPIC_AUTHORIZATION_FAILED
+    line = one_line_failure(strom("acls", "add", "--allow-principal", "alice", "--operation", "Read",
+                                  "--topic", name, *b), 2)
+    assert "User:NAME" in line
+    line = one_line_failure(strom("acls", "add", "--allow-principal", ME, "--operation", "Fly", "--topic", name, *b), 2)
+    assert "unknown operation" in line
+
+
+def test_strom_acls_says_when_the_broker_has_no_authorizer(module_broker: BrokerProcess) -> None:
+    from test_cli_configs import one_line_failure, strom
+
+    line = one_line_failure(strom("acls", "add", "--allow-principal", ME, "--operation", "Read", "--topic", "t",
+                                  "--bootstrap-server", module_broker.bootstrap), 1)
+    assert "authorizer.class.name" in line

@@ -96,6 +96,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "groups": "strom.cli.groups:groups",
     "configs": "strom.cli.configs:configs",
     "cluster": "strom.cli.cluster:cluster",
+    "acls": "strom.cli.acls:acls",
     "bench": "strom.bench.cli:bench",
     "demo": "strom.demo.cli:demo",
     "dev-cluster": "strom.cli.dev_cluster:dev_cluster",
