@@ -237,8 +237,10 @@ def test_strom_acls_add_list_remove_like_kafka_acls(secured: BrokerProcess) -> N
 
 
 def test_strom_acls_says_when_the_broker_has_no_authorizer(module_broker: BrokerProcess) -> None:
-    from test_cli_configs import one_line_failure, strom
+    from test_cli_configs import ok, one_line_failure, strom
 
     line = one_line_failure(strom("acls", "add", "--allow-principal", ME, "--operation", "Read", "--topic", "t",
                                   "--bootstrap-server", module_broker.bootstrap), 1)
     assert "authorizer.class.name" in line
+    listed = ok("acls", "list", "--bootstrap-server", module_broker.bootstrap)
+    assert "no authorizer" in listed

@@ -169,7 +169,9 @@ def list_(principal: str | None, topics: tuple[str, ...], groups: tuple[str, ...
         click.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
         return
     if not rows:
-        click.echo("No ACLs.")
+        # librdkafka turns DescribeAcls' SECURITY_DISABLED into an empty list: tell the two apart.
+        click.echo("No ACLs." if _authorizer_on(admin) else
+                   "No ACLs: the broker has no authorizer (set authorizer.class.name).")
         return
     from rich.table import Table
 
@@ -177,6 +179,20 @@ def list_(principal: str | None, topics: tuple[str, ...], groups: tuple[str, ...
     for r in rows:
         table.add_row(*r)
     out_console().print(table)
+
+
+def _authorizer_on(admin: Any) -> bool:
+    """Whether the broker answering says it has an authorizer (its authorizer.class.name)."""
+    from confluent_kafka.admin import ConfigResource
+
+    try:
+        md = admin.list_topics(timeout=REQUEST_TIMEOUT)
+        resource = ConfigResource("broker", str(next(iter(md.brokers))))
+        (future,) = admin.describe_configs([resource], request_timeout=REQUEST_TIMEOUT).values()
+        entry = future.result(timeout=REQUEST_TIMEOUT + 5).get("authorizer.class.name")
+    except Exception:
+        return True  # unknown: say nothing more
+    return entry is None or bool(entry.value)
 
 
 def _row(b: Any) -> tuple[str, str, str, str, str, str, str]:
