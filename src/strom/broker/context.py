@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A handler sets this key in its result for a response no client quota counts (a follower's fetch,
+# as Kafka exempts replication); the connection removes it before encoding.
+QUOTA_EXEMPT = "_quota_exempt"
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
@@ -18,3 +22,4 @@ class RequestContext:
     listener: str = ""
     # Who sent it, as Kafka names principals ("User:alice"); authorization decides on it.
     principal: str = "User:ANONYMOUS"
+    size: int = 0  # the request's frame, bytes (a produce's size counts against its byte-rate quota)

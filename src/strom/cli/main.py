@@ -97,6 +97,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "configs": "strom.cli.configs:configs",
     "cluster": "strom.cli.cluster:cluster",
     "acls": "strom.cli.acls:acls",
+    "quotas": "strom.cli.quotas:quotas",
     "bench": "strom.bench.cli:bench",
     "demo": "strom.demo.cli:demo",
     "dev-cluster": "strom.cli.dev_cluster:dev_cluster",
