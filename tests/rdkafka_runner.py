@@ -1,0 +1,220 @@
+"""Run librdkafka's own integration tests against a strom broker.
+
+librdkafka's test programs are built by `make deps` from Debian's `librdkafka` source package into
+``.cache/librdkafka/`` (see the Makefile). Each run here starts one strom broker subprocess, writes
+the test-runner's ``test.conf`` for it and runs one librdkafka test (``TESTS=0081``), optionally
+only the sub-tests whose name contains a string (``SUBTESTS=Acls``), with a time limit.
+
+By hand (from the repository root, after `make deps`)::
+
+    .venv/bin/python tests/rdkafka_runner.py 0081_admin --subtests Acls
+    .venv/bin/python tests/rdkafka_runner.py 0001 0012 0107_topic_recreate --full   # one broker each
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from brokerproc import BrokerProcess  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+LIBRDKAFKA_VERSION = "2.0.2"  # bookworm's librdkafka; the Makefile's RDKAFKA_VERSION
+BUILD_DIR = Path(os.environ.get("STROM_LIBRDKAFKA_DIR",
+                                REPO / ".cache" / "librdkafka" / f"librdkafka-{LIBRDKAFKA_VERSION}"))
+# The Kafka version the test-runner gates its tests on: strom answers as Kafka 3.x does (its
+# ApiVersions, KIP-482 flexible versions, KIP-394 member ids), and 3.1.0 is the latest version
+# librdkafka 2.0.2's own test setup knows (tests/Makefile KAFKA_VERSION).
+KAFKA_VERSION = "3.1.0"
+# The broker's settings. PLAINTEXT clients are User:ANONYMOUS; with the ACL authorizer on (for
+# 0081's CreateAcls/DescribeAcls/DeleteAcls) they stay allowed everything as a super user, so the
+# rest of a test runs as against a broker without an authorizer.
+BROKER_OVERRIDES = {
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SUB_PASS = re.compile(r"\[ (\S+?:\d+)(?:: [^\]]*?)?: PASS \(")
+_SUB_SKIP = re.compile(r"\[ (\S+?:\d+)(?:: [^\]]*?)?: SKIP: ")
+
+
+def runner_path() -> Path:
+    return BUILD_DIR / "tests" / "test-runner"
+
+
+def missing_runner_message() -> str:
+    return (f"librdkafka's test-runner is not built ({runner_path()} is missing): "
+            "run `make deps` (it builds librdkafka's tests from Debian's source package)")
+
+
+SCENARIOS = {
+    # librdkafka's tests/scenarios/*.json, as broker settings (one broker: replication factor 1).
+    "default": {"auto.create.topics.enable": "true", "num.partitions": "4"},
+    "noautocreate": {"auto.create.topics.enable": "false", "num.partitions": "4"},
+}
+
+
+def known_tests() -> dict[str, tuple[str, str]]:
+    """librdkafka's tests, from its tests/test.c: name -> (flags, scenario)."""
+    src = (BUILD_DIR / "tests" / "test.c").read_text()
+    table = src[src.index("struct test tests[] = {"):]
+    table = table[:table.index("{NULL}")]
+    found = {}
+    for m in re.finditer(r"_TEST\((\w+),\s*([^,)]+)([^)]*)\)", table):
+        scenario = re.search(r'\.scenario\s*=\s*"([^"]+)"', m.group(3))
+        found[m.group(1)] = (m.group(2).strip(), scenario.group(1).split(",")[0] if scenario else "default")
+    return found
+
+
+@dataclass
+class Result:
+    test: str  # a test's full name ("0081_admin"), or a number ("0081") for all that ran of it
+    returncode: int | None  # None: killed at the time limit
+    states: dict[str, str]  # the runner's report: test name -> PASSED, FAILED, SKIPPED, RUNNING, DNS
+    failure: str
+    duration: float  # seconds, wall clock of the runner
+    output: str
+    subtests_passed: list[str] = field(default_factory=list)
+    subtests_skipped: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> str | None:
+        if "_" in self.test:
+            return self.states.get(self.test)
+        ran = {s for name, s in self.states.items() if name.startswith(self.test + "_") and s != "SKIPPED"}
+        return ("FAILED" if "FAILED" in ran else "RUNNING" if "RUNNING" in ran else
+                "PASSED" if ran == {"PASSED"} else "SKIPPED" if not ran else ",".join(sorted(ran)))
+
+    @property
+    def passed(self) -> bool:
+        return self.returncode == 0 and self.state == "PASSED"
+
+    def summary(self) -> str:
+        if self.returncode is None:
+            return f"{self.test}: TIMED OUT after {self.duration:.0f}s"
+        what = self.state or f"no report, exit code {self.returncode}"
+        extra = f": {self.failure}" if self.failure and not self.passed else ""
+        return f"{self.test}: {what} in {self.duration:.1f}s{extra}"
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def _read_report(path: Path) -> dict[str, str]:
+    """Each test's state from the runner's report. The runner writes some text in it unescaped,
+    so a quote there breaks the JSON: a regular expression reads the states then."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    try:
+        return {name: entry["state"] for name, entry in json.loads(text)["tests"].items() if name != "<MAIN>"}
+    except (ValueError, KeyError, TypeError):
+        return dict(re.findall(r'"name": "(\d{4}_\w+)", "state": "([A-Z]+)"', text))
+
+
+def _failure_lines(output: str) -> str:
+    lines = [ln.strip() for ln in output.splitlines()
+             if re.search(r"TEST FAILURE|Test failure|FAILED|assert|Assert", ln)]
+    return " | ".join(dict.fromkeys(lines))[:800]
+
+
+def run_test(test: str, bootstrap: str, workdir: Path, *, scenario: str = "default", subtests: str | None = None,
+             quick: bool = True, timeout: float = 120.0, conf: dict[str, str] | None = None) -> Result:
+    """Run librdkafka test ``test`` ("0081_admin", or "0081" for all of that number) against the
+    broker at ``bootstrap``; ``workdir`` holds test.conf, the report and whatever the test writes."""
+    runner = runner_path()
+    if not runner.exists():
+        raise RuntimeError(missing_runner_message())
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = {"bootstrap.servers": bootstrap,
+                # A Python broker on a busy 2-core machine: twice the runner's own timeouts.
+                "test.timeout.multiplier": "2"}
+    settings.update(conf or {})
+    (workdir / "test.conf").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    report = workdir / "report.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TESTS", "SUBTESTS", "TESTS_SKIP")}
+    env.update({
+        "TESTS": test[:4],
+        "TEST_KAFKA_VERSION": KAFKA_VERSION,
+        "RDKAFKA_TEST_CONF": str(workdir / "test.conf"),
+        "TEST_REPORT": str(report),
+        "RDKAFKA_GITVER": f"librdkafka-{LIBRDKAFKA_VERSION}",
+        "LD_LIBRARY_PATH": f"{BUILD_DIR / 'src'}:{BUILD_DIR / 'src-cpp'}",
+    })
+    if subtests:
+        env["SUBTESTS"] = subtests
+    # -p1: one test at a time; -L: not the broker-less variants of a number; -s: the scenario the
+    # broker was started for; -Q: quick mode (fewer iterations, less data), as librdkafka's CI runs.
+    args = [str(runner), "-p1", "-L", "-s", scenario] + (["-Q"] if quick else [])
+    start = time.monotonic()
+    proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        rc: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        rc = None
+    duration = time.monotonic() - start
+    output = _ANSI.sub("", out.decode(errors="replace"))
+    result = Result(test=test, returncode=rc, states=_read_report(report), failure="", duration=duration,
+                    output=output, subtests_passed=_SUB_PASS.findall(output),
+                    subtests_skipped=_SUB_SKIP.findall(output))
+    if not result.passed:
+        result.failure = _failure_lines(output)
+    return result
+
+
+def run_against_new_broker(test: str, workdir: Path, *, scenario: str = "default",
+                           overrides: dict[str, str] | None = None, **kw: object) -> tuple[Result, BrokerProcess]:
+    """Start a strom broker of its own for ``test`` (set up for ``scenario``), run it, stop the broker."""
+    settings = {**BROKER_OVERRIDES, **SCENARIOS[scenario], **(overrides or {})}
+    broker = BrokerProcess(workdir / "broker-data", overrides=settings)
+    broker.start()
+    try:
+        result = run_test(test, broker.bootstrap, workdir / "runner", scenario=scenario, **kw)  # type: ignore[arg-type]
+    finally:
+        broker.stop()
+    return result, broker
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="Run librdkafka's own tests against a new strom broker each.")
+    p.add_argument("tests", nargs="+", help="test names (0081_admin) or numbers (0081); a name runs in its scenario")
+    p.add_argument("--subtests", help="only the sub-tests whose name contains this (SUBTESTS)")
+    p.add_argument("--full", action="store_true", help="not quick mode (-Q off): all sub-tests, more data")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per test (default 300)")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the runner's whole output")
+    ns = p.parse_args()
+    failed = 0
+    known = known_tests()
+    for test in ns.tests:
+        scenario = known[test][1] if test in known else "default"
+        with tempfile.TemporaryDirectory(prefix=f"rdkafka-{test}-") as tmp:
+            result, broker = run_against_new_broker(test, Path(tmp), scenario=scenario, subtests=ns.subtests,
+                                                    quick=not ns.full, timeout=ns.timeout)
+        if ns.verbose or not result.passed:
+            print(result.output if ns.verbose else result.tail())
+            if not result.passed:
+                print("--- broker log (last 30 lines) ---\n" + "\n".join(broker.log_lines[-30:]))
+        print(result.summary(), flush=True)
+        failed += not result.passed
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
