@@ -58,7 +58,7 @@ librdkafka-tests: $(RDKAFKA_STAMP)
 $(RDKAFKA_STAMP):
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	update=; missing=; \
-	for p in dpkg-dev g++ make zlib1g-dev; do \
+	for p in dpkg-dev g++ make zlib1g-dev libzstd-dev rapidjson-dev; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	[ -z "$$missing" ] || update=1; \
@@ -79,7 +79,7 @@ $(RDKAFKA_STAMP):
 	test -x $(RDKAFKA_DIR)/configure || { echo "apt-get source librdkafka did not give librdkafka $(RDKAFKA_VERSION)" >&2; exit 1; }
 	@echo "building librdkafka $(RDKAFKA_VERSION) and its test-runner in $(RDKAFKA_DIR) (log: $(RDKAFKA_CACHE)/build.log)"
 	cd $(RDKAFKA_DIR) && { \
-	  ./configure --no-download --disable-ssl --disable-gssapi --disable-curl --disable-zstd \
+	  ./configure --no-download --disable-ssl --disable-gssapi --disable-curl --enable-zstd \
 	    --disable-lz4-ext --enable-zlib && \
 	  $(MAKE) -j2 -C src && $(MAKE) -j2 -C src-cpp && $(MAKE) -j2 -C tests build; \
 	} > ../build.log 2>&1 || { tail -n 40 ../build.log >&2; echo "librdkafka build failed: $(RDKAFKA_CACHE)/build.log" >&2; exit 1; }
