@@ -37,13 +37,14 @@ BUILD_DIR = Path(os.environ.get("STROM_LIBRDKAFKA_DIR",
 # ApiVersions, KIP-482 flexible versions, KIP-394 member ids), and 3.1.0 is the latest version
 # librdkafka 2.0.2's own test setup knows (tests/Makefile KAFKA_VERSION).
 KAFKA_VERSION = "3.1.0"
-# The broker's settings. PLAINTEXT clients are User:ANONYMOUS; with the ACL authorizer on (for
-# 0081's CreateAcls/DescribeAcls/DeleteAcls) they stay allowed everything as a super user, so the
-# rest of a test runs as against a broker without an authorizer.
+# The broker's settings: the ACL authorizer on (0081_admin's CreateAcls/DescribeAcls/DeleteAcls
+# need one; 0115 and 0119 add ACLs that deny User:* a topic) and, as in librdkafka's own test
+# clusters, everyone allowed what no ACL covers. PLAINTEXT clients are User:ANONYMOUS.
 BROKER_OVERRIDES = {
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-    "super.users": "User:ANONYMOUS",
+    "allow.everyone.if.no.acl.found": "true",
 }
+SHIM = Path(__file__).resolve().parent / "kafka_tools_shim.py"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SUB_PASS = re.compile(r"\[ (\S+?:\d+)(?:: [^\]]*?)?: PASS \(")
@@ -72,9 +73,11 @@ def known_tests() -> dict[str, tuple[str, str]]:
     table = src[src.index("struct test tests[] = {"):]
     table = table[:table.index("{NULL}")]
     found = {}
-    for m in re.finditer(r"_TEST\((\w+),\s*([^,)]+)([^)]*)\)", table):
-        scenario = re.search(r'\.scenario\s*=\s*"([^"]+)"', m.group(3))
-        found[m.group(1)] = (m.group(2).strip(), scenario.group(1).split(",")[0] if scenario else "default")
+    for entry in table.split("_TEST(")[1:]:
+        m = re.match(r"(\w+),\s*([^,)]+)", entry)
+        if m:
+            scenario = re.search(r'\.scenario\s*=\s*"([^"]+)"', entry)
+            found[m.group(1)] = (m.group(2).strip(), scenario.group(1).split(",")[0] if scenario else "default")
     return found
 
 
@@ -145,12 +148,20 @@ def run_test(test: str, bootstrap: str, workdir: Path, *, scenario: str = "defau
     settings.update(conf or {})
     (workdir / "test.conf").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     report = workdir / "report.json"
+    # $KAFKA_PATH/bin/kafka-topics.sh and kafka-acls.sh, which some tests run, answered by strom's CLI.
+    kafka_bin = workdir / "kafka" / "bin"
+    kafka_bin.mkdir(parents=True, exist_ok=True)
+    for tool in ("kafka-topics.sh", "kafka-acls.sh"):
+        (kafka_bin / tool).write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SHIM}" {tool} "$@"\n')
+        (kafka_bin / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TESTS", "SUBTESTS", "TESTS_SKIP")}
     env.update({
         "TESTS": test[:4],
         "TEST_KAFKA_VERSION": KAFKA_VERSION,
         "RDKAFKA_TEST_CONF": str(workdir / "test.conf"),
         "TEST_REPORT": str(report),
+        "KAFKA_PATH": str(workdir / "kafka"),
+        "BROKERS": bootstrap,
         "RDKAFKA_GITVER": f"librdkafka-{LIBRDKAFKA_VERSION}",
         "LD_LIBRARY_PATH": f"{BUILD_DIR / 'src'}:{BUILD_DIR / 'src-cpp'}",
     })
