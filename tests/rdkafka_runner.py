@@ -141,7 +141,11 @@ def run_test(test: str, bootstrap: str, workdir: Path, *, scenario: str = "defau
     runner = runner_path()
     if not runner.exists():
         raise RuntimeError(missing_runner_message())
-    workdir.mkdir(parents=True, exist_ok=True)
+    # The runner's working directory is a tests/ beside a src/ (a link to the build's), as in the
+    # source tree: some tests read files from ../src (0053's statistics JSON schema).
+    (workdir / "tests").mkdir(parents=True, exist_ok=True)
+    if not (workdir / "src").exists():
+        (workdir / "src").symlink_to(BUILD_DIR / "src")
     settings = {"bootstrap.servers": bootstrap,
                 # A Python broker on a busy 2-core machine: twice the runner's own timeouts.
                 "test.timeout.multiplier": "2"}
@@ -171,7 +175,7 @@ def run_test(test: str, bootstrap: str, workdir: Path, *, scenario: str = "defau
     # broker was started for; -Q: quick mode (fewer iterations, less data), as librdkafka's CI runs.
     args = [str(runner), "-p1", "-L", "-s", scenario] + (["-Q"] if quick else [])
     start = time.monotonic()
-    proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(args, cwd=workdir / "tests", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
