@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from strom.security.principal import ANONYMOUS, KafkaPrincipal
+
+if TYPE_CHECKING:
+    from strom.security.authenticator import SaslAuthenticator
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,3 +22,6 @@ class RequestContext:
     # The listener the connection was accepted on: Metadata and FindCoordinator answer with each
     # broker's endpoint on this listener, as Kafka does ("" when unknown: the inter-broker one).
     listener: str = ""
+    # Who the connection acts as (authorization will check it), and its SASL state on a SASL listener.
+    principal: KafkaPrincipal = ANONYMOUS
+    session: SaslAuthenticator | None = None

@@ -80,6 +80,7 @@ def _register_commands() -> None:
     from strom.cli.groups import groups; cli.add_command(groups)  # noqa: E702, I001
     from strom.cli.configs import configs; cli.add_command(configs)  # noqa: E702, I001
     from strom.cli.cluster import cluster; cli.add_command(cluster)  # noqa: E702, I001
+    from strom.cli.users import users; cli.add_command(users)  # noqa: E702, I001
     from strom.bench.cli import bench; cli.add_command(bench)  # noqa: E702, I001
     from strom.demo.cli import demo; cli.add_command(demo)  # noqa: E702, I001
     from strom.cli.dev_cluster import dev_cluster; cli.add_command(dev_cluster)  # noqa: E702, I001
