@@ -16,6 +16,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "replication": {"coordinator", "cli", "admin", "spark"},
     "coordinator": {"cluster", "cli", "admin", "spark"},
     "broker": {"cli", "admin", "spark"},
+    # Beside cluster/: TLS, SASL and principals; the broker and the cluster client use it.
+    "security": {"cluster", "coordinator", "replication", "broker", "cli", "admin", "spark"},
 }
 NO_ASYNCIO = {"protocol", "records"}
 
