@@ -109,3 +109,29 @@ def test_broker_process_refuses_with_one_line(tmp_path: Path, overrides: dict[st
     assert len(errors) == 1 and "invalid config" in errors[0], proc.stderr
     assert "ready" not in proc.stderr + proc.stdout
     assert not (tmp_path / "data").exists()  # refused before touching the disk
+
+
+def test_inter_broker_login_is_checked_at_start(certs: Certs) -> None:
+    from strom.security.client import inter_broker
+
+    base = {"zookeeper.connect": "127.0.0.1:2181", "listeners": "INTERNAL://127.0.0.1:0",
+            "listener.security.protocol.map": "INTERNAL:SASL_SSL", "inter.broker.listener.name": "INTERNAL",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.ca),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+
+    def refused(key: str, **more: str) -> None:
+        with pytest.raises(ConfigError) as e:
+            inter_broker(BrokerConfig.load(None, {**base, **more}))
+        assert e.value.key == key, str(e.value)
+
+    refused("sasl.mechanism.inter.broker.protocol")  # Kafka's default, GSSAPI
+    refused("sasl.mechanism.inter.broker.protocol", **{"sasl.mechanism.inter.broker.protocol": "PLAIN"})
+    refused("listener.name.internal.scram-sha-512.sasl.jaas.config",
+            **{"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"})
+    ok = inter_broker(BrokerConfig.load(None, {
+        **base, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" password="p";'}))
+    assert (ok.protocol, ok.mechanism, ok.username, ok.password) == ("SASL_SSL", "SCRAM-SHA-512", "b", "p")
+    assert ok.ssl_context is not None and ok.ssl_context.check_hostname

@@ -20,6 +20,7 @@ from strom.broker.topics import TopicManager
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.coordinator.runtime import GroupCoordinatorRuntime
 from strom.security import listener as listener_security
+from strom.security.client import inter_broker as inter_broker_client
 from strom.security.credentials import CredentialStore, FileCredentialStore
 from strom.security.scram import ScramCredential
 from strom.storage.log_manager import LogManager
@@ -44,6 +45,7 @@ class Broker:
         self.config = config
         # First: a security setting that cannot be honoured stops the broker before it touches disk.
         self.security = listener_security.build(config)
+        self.inter_broker_security = inter_broker_client(config)  # how replica fetchers connect
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
         self.connections: set[KafkaConnection] = set()
@@ -63,7 +65,8 @@ class Broker:
         else:
             self.metadata = LocalMetadataStore(log_dirs[0])
             self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
-        self.credentials: CredentialStore = FileCredentialStore(log_dirs[0])
+        self.credentials: CredentialStore = (self.cluster.credentials if self.cluster is not None
+                                             else FileCredentialStore(log_dirs[0]))
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
         self.topics = TopicManager(self)
         self.maintenance = LogMaintenance(self)  # retention and the log cleaner

@@ -3,12 +3,16 @@
 ``kafka-configs --entity-type users --alter --add-config 'SCRAM-SHA-512=[password=...]'`` does.
 
 The password is salted on this side (librdkafka does it); the broker stores salted keys only.
+``--zookeeper HOST:PORT[/chroot]`` writes ZooKeeper directly instead, as ``kafka-configs --zookeeper``
+did: the way to create the brokers' own SCRAM user before a cluster that logs in with it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -27,6 +31,9 @@ from strom.cli.common import (
 
 REQUEST_TIMEOUT = 30.0
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_zookeeper_option = click.option(
+    "--zookeeper", default=None, metavar="HOST:PORT[/CHROOT]",
+    help="Write the cluster's ZooKeeper directly (no broker needed), like kafka-configs --zookeeper.")
 _mechanism_option = click.option(
     "-m", "--mechanism", "mechanisms", multiple=True, type=click.Choice(MECHANISMS, case_sensitive=False),
     help="SCRAM mechanism (repeatable); default: both.")
@@ -60,9 +67,10 @@ def _wait(futures: dict[str, Any], action: str) -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
 @click.option("--iterations", type=click.IntRange(4096, 16384), default=4096, show_default=True)
 @_mechanism_option
+@_zookeeper_option
 @client_options
 def add(name: str, password: str | None, password_stdin: bool, iterations: int, mechanisms: tuple[str, ...],
-        client: ClientOptions) -> None:
+        zookeeper: str | None, client: ClientOptions) -> None:
     """Create user NAME, or set a new password for it."""
     from confluent_kafka.admin import ScramCredentialInfo, UserScramCredentialUpsertion
 
@@ -73,11 +81,42 @@ def add(name: str, password: str | None, password_stdin: bool, iterations: int, 
     if not password:
         raise click.UsageError("the password must not be empty")
     chosen = mechanisms or MECHANISMS
+    if zookeeper is not None:
+        from strom.security.scram import ScramCredential
+
+        with _zk_store(zookeeper) as store:
+            store.alter([(name, m.upper(), ScramCredential.from_password(m.upper(), password, iterations))
+                         for m in chosen], [])
+        click.echo(f"User '{name}' set for {', '.join(m.upper() for m in chosen)} in ZooKeeper at {zookeeper}.")
+        return
     upserts = [UserScramCredentialUpsertion(name, ScramCredentialInfo(_mechanism(m), iterations), password.encode())
                for m in chosen]
     admin = admin_client(client)
     _wait(admin.alter_user_scram_credentials(upserts, request_timeout=REQUEST_TIMEOUT), "add")
     click.echo(f"User '{name}' set for {', '.join(m.upper() for m in chosen)}.")
+
+
+@contextlib.contextmanager
+def _zk_store(connect: str) -> Iterator[Any]:
+    from kazoo.client import KazooClient
+
+    from strom.cluster import zk_layout as zl
+    from strom.cluster.zk_credentials import ZkCredentialStore
+
+    zk = KazooClient(hosts=connect, timeout=10)
+    try:
+        zk.start(timeout=10)
+    except Exception as e:
+        raise Failure(f"cannot reach ZooKeeper at {connect}: {e}") from None
+    try:
+        zk.ensure_path(zl.CONFIG_USERS)
+        zk.ensure_path(zl.CONFIG_CHANGES)
+        store = ZkCredentialStore(zk)
+        store.load()
+        yield store
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def _describe(admin: Any, names: list[str]) -> dict[str, Any]:
