@@ -267,7 +267,18 @@ def base_config(opts: ClientOptions, **overrides: Any) -> dict[str, Any]:
     }
     config.update(overrides)
     config.update(opts.properties)
-    return config
+    return java_style_properties(config)
+
+
+def java_style_properties(config: dict[str, Any]) -> dict[str, Any]:
+    """Security settings written for Kafka's Java client (sasl.jaas.config, PEM truststore/keystore
+    locations) in librdkafka's terms; one-line failure for what cannot be used."""
+    from strom.security.client_properties import librdkafka_properties
+
+    try:
+        return librdkafka_properties(config)
+    except ValueError as e:
+        raise Failure(f"-X {e}") from None
 
 
 def admin_client(opts: ClientOptions) -> Any:

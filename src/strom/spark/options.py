@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from strom.security.client_properties import librdkafka_properties
+
 # Special values in per-partition offset JSON, as in Spark's Kafka source.
 LATEST = -1
 EARLIEST = -2
@@ -167,7 +169,9 @@ class ClientOptions:
     def client_config(self) -> dict[str, str]:
         conf = {k: v for k, v in self.kafka.items() if k not in ("bootstrap.servers", "group.id")}
         conf["bootstrap.servers"] = self.bootstrap_servers
-        return conf
+        # kafka.security.protocol, kafka.sasl.* and kafka.ssl.* reach the client; Java-style
+        # kafka.sasl.jaas.config and PEM kafka.ssl.truststore.location are translated.
+        return librdkafka_properties(conf)
 
 
 @dataclass(frozen=True)
@@ -252,6 +256,10 @@ def client_options(options: Mapping[str, str]) -> ClientOptions:
     bootstrap = _get(options, "bootstrap.servers") or kafka.get("bootstrap.servers")
     if not bootstrap:
         raise OptionError("option 'kafka.bootstrap.servers' (or 'bootstrap.servers') must be specified")
+    try:
+        librdkafka_properties(kafka)  # checked now, not when the first task connects
+    except ValueError as e:
+        raise OptionError(f"Kafka option {e}") from None
     return ClientOptions(bootstrap_servers=bootstrap, kafka=kafka)
 
 
