@@ -1,6 +1,7 @@
 """A cluster whose brokers talk to each other over SASL_SSL with SCRAM-SHA-512: the brokers' own
 user is created in ZooKeeper first (``strom users add --zookeeper``), followers replicate over the
-secured listener, a leader is killed under load and nothing acknowledged is lost; a SCRAM user added
+secured listener (renewing 4-second sessions), a leader is killed under load and nothing
+acknowledged is lost; a SCRAM user added
 through one broker can log in at every other (ZooKeeper's /config/users)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +54,8 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[C
             "listener.name.internal.scram-sha-512.sasl.jaas.config": BROKER_JAAS,
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(root / "server.pem"),
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(root / "ca.pem"),
+            # Sessions of 4 s: the fetchers must log in again several times during the test.
+            "connections.max.reauth.ms": "4000",
         }
 
     c = Cluster(root, broker_settings=broker_settings, before_brokers=add_broker_user).start()
@@ -83,9 +87,17 @@ def test_replication_over_sasl_ssl_survives_a_leader_kill(secure_cluster: tuple[
     assert not producer.acks.errors, producer.acks.errors[:5]
     assert check_acknowledged(cluster, topic, 2, producer.acks) == producer.sent
     wait_replicas_identical(cluster, topic, 2)
+    def logins() -> int:
+        return sum(1 for b in cluster.brokers.values() for line in b.log_lines
+                   if "on listener INTERNAL authenticated as User:broker" in line)
+
+    before = logins()
+    time.sleep(5)  # longer than a session: every fetcher logs in again, and the ISR holds
+    assert logins() > before
+    cluster.wait_full_isr(topic, 2, timeout=5)
     logs = "\n".join(line for b in cluster.brokers.values() for line in b.log_lines)
-    assert "on listener INTERNAL authenticated as User:broker" in logs
     assert "SASL login" not in logs  # no failed inter-broker login
+    assert "the SASL session expired" not in logs  # fetchers renewed their sessions in time
 
 
 def test_a_user_added_at_one_broker_logs_in_at_every_broker(secure_cluster: tuple[Cluster, Path]) -> None:
