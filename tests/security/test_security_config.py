@@ -86,6 +86,7 @@ def test_refusals(certs: Certs, tmp_path: Path) -> None:
     _refused("sasl.jaas.config", listeners="SASL_PLAINTEXT://127.0.0.1:0",
              **{"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": "PlainLoginModule required user_a=1"})
     _refused("principal.builder.class", **_sasl(**{"principal.builder.class": "com.example.Builder"}))
+    _refused("authorizer.class.name", **_sasl(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}))
 
 
 def test_sasl_jaas_config_without_listener_prefix() -> None:
