@@ -66,9 +66,13 @@ def test_kafka_python_sasl_ssl_scram_sha_512(secure_broker: SecureBroker, certs:
     for i in range(20):
         p.send(topic, f"kp{i}".encode()).get(timeout=30)
     p.close()
-    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **common)
-    got = [m.value for m in c]
-    c.close()
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", **common)
+    got: list[bytes] = []
+    try:
+        wait_until(lambda: got.extend(m.value for ms in c.poll(500).values() for m in ms) or len(got) >= 20,
+                   timeout=30, what="records over SASL_SSL")
+    finally:
+        c.close()
     assert got == [f"kp{i}".encode() for i in range(20)]
 
 

@@ -64,18 +64,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # until then frames are capped at sasl.server.max.receive.size.
         security = broker.security.get(listener)
         self.authenticator: SaslAuthenticator | None = None
-        self._principal: KafkaPrincipal = ANONYMOUS
+        # Who this connection acts as (the authorizer will check it): the SASL user, the mapped
+        # certificate subject on an SSL listener with client authentication, else User:ANONYMOUS.
+        self.principal: KafkaPrincipal = ANONYMOUS
+        self._authenticated = False
         if security is not None and security.uses_sasl:
             self.authenticator = SaslAuthenticator(security, broker.scram_credential)
             self.decoder.max_frame = min(self.decoder.max_frame, security.max_receive)
-
-    @property
-    def principal(self) -> KafkaPrincipal:
-        """Who this connection acts as: the SASL user, the mapped certificate subject on an SSL
-        listener with client authentication, else User:ANONYMOUS (for the authorizer to check)."""
-        if self.authenticator is not None and self.authenticator.principal is not None:
-            return self.authenticator.principal
-        return self._principal
 
     # asyncio.BufferedProtocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -96,12 +91,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         dn = subject_dn(der)
         try:
-            self._principal = user(mapper.name_for(dn))
+            self.principal = user(mapper.name_for(dn))
         except NoMatchingRule as e:
             self.close(str(e))
             return
         log.info("connection %s from %s on listener %s authenticated as %s (certificate %s)",
-                 self.id, self.peer, self.listener, self._principal, dn)
+                 self.id, self.peer, self.listener, self.principal, dn)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -222,7 +217,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _after_sasl_step(self, auth: SaslAuthenticator) -> None:
         if auth.failed:
             self.close(f"SASL authentication failed on listener {self.listener}")  # the answer is sent first
-        elif auth.principal is not None and self.decoder.max_frame < self.broker.config.socket_request_max_bytes:
+        elif auth.principal is not None and not self._authenticated:
+            self._authenticated = True
+            self.principal = auth.principal  # re-authentication keeps it (the authenticator checks)
             self.decoder.max_frame = self.broker.config.socket_request_max_bytes
             log.info("connection %s from %s on listener %s authenticated as %s", self.id, self.peer,
                      self.listener, auth.principal)
