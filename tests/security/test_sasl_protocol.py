@@ -160,3 +160,22 @@ def test_bad_input_closes_only_that_connection(broker: SecureBroker) -> None:
     assert bystander.metadata(None).brokers
     bystander.close()
     assert broker.proc.alive()
+
+
+def test_librdkafka_reauthenticates_by_itself(broker: SecureBroker) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": broker.addr["SASL_PLAINTEXT"], "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "dave", "sasl.password": "dave-secret",
+                  "linger.ms": 5})
+    errors: list[object] = []
+    log_from = len(broker.proc.log_lines)
+    end = time.monotonic() + 3 * REAUTH_MS / 1000  # three sessions long
+    sent = 0
+    while time.monotonic() < end:
+        p.produce("reauth", b"x", on_delivery=lambda err, msg: err is not None and errors.append(err))
+        sent += 1
+        p.poll(0.05)
+    assert p.flush(15) == 0 and not errors, errors[:3]
+    # KIP-368 on the same connections: none was closed for an expired session.
+    assert not [line for line in broker.proc.log_lines[log_from:] if "SASL session expired" in line]

@@ -113,7 +113,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except wire.FrameTooLarge as e:
-            self.close(str(e))
+            if self.authenticator is not None and not self._authenticated:
+                self.close(f"a frame larger than sasl.server.max.receive.size={self.decoder.max_frame} "
+                           "before SASL authentication")
+            else:
+                self.close(str(e))
             return
         for frame in frames:
             if self._closed:
@@ -147,7 +151,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if auth is not None and not auth.allows(prefix.api_key):
             # Not served, not even answered: Kafka closes an unauthenticated (or expired) session.
-            why = "the SASL session expired" if auth.principal is not None else "before SASL authentication"
+            why = "after the SASL session expired" if auth.principal is not None else "before SASL authentication"
             self.close(f"{handler.name} request {why} on listener {self.listener}")
             return
         if not handler.min_version <= prefix.api_version <= handler.max_version:
