@@ -35,6 +35,10 @@ def test_valid_settings_build(certs: Certs) -> None:
     assert sec["SSL"].ssl_context is not None and not sec["SSL"].uses_sasl
     sasl = _build(**_sasl())["SASL_PLAINTEXT"]
     assert sasl.mechanisms == ("PLAIN",) and sasl.plain_users == {"alice": "alice-secret", "admin": "admin-secret"}
+    assert (sasl.reauth_ms, sasl.max_receive) == (0, 524288)
+    per_listener = _build(**_sasl(**{"connections.max.reauth.ms": "60000",
+                                     "listener.name.sasl_plaintext.connections.max.reauth.ms": "5000"}))
+    assert per_listener["SASL_PLAINTEXT"].reauth_ms == 5000
     # Inline PEM (ssl.keystore.certificate.chain + ssl.keystore.key) instead of a file.
     leaf = certs.ca_obj.issue_cert("127.0.0.1")
     chain = "".join(b.bytes().decode() for b in leaf.cert_chain_pems)
@@ -85,6 +89,8 @@ def test_refusals(certs: Certs, tmp_path: Path) -> None:
                                                                 "ScramLoginModule required;"}))
     _refused("sasl.jaas.config", listeners="SASL_PLAINTEXT://127.0.0.1:0",
              **{"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": "PlainLoginModule required user_a=1"})
+    _refused("listener.name.sasl_plaintext.connections.max.reauth.ms",
+             **_sasl(**{"listener.name.sasl_plaintext.connections.max.reauth.ms": "soon"}))
     _refused("principal.builder.class", **_sasl(**{"principal.builder.class": "com.example.Builder"}))
     _refused("authorizer.class.name", **_sasl(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}))
 

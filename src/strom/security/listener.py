@@ -83,10 +83,21 @@ def _listener(config: BrokerConfig, name: str, protocol: str) -> ListenerSecurit
     for m in mechanisms:
         if m in SCRAM_MECHANISMS:
             jaas_entry(lc, m, fallback=False)  # checked if given (the broker's login, inter-broker)
-    reauth = config.get("connections.max.reauth.ms")
-    max_receive = config.get("sasl.server.max.receive.size")
-    assert isinstance(reauth, int) and isinstance(max_receive, int)
+    # Per listener too, as in Kafka (listener.name.<l>.connections.max.reauth.ms).
+    reauth = _int_setting(lc, "connections.max.reauth.ms", 0)
+    max_receive = _int_setting(lc, "sasl.server.max.receive.size", 1)
     return ListenerSecurity(name, protocol, context, mechanisms, users, None, reauth, max_receive)
+
+
+def _int_setting(lc: ListenerConfig, name: str, minimum: int) -> int:
+    text = (lc.get(name) or "").strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(lc.key(name), f"'{text}' is not a whole number") from None
+    if value < minimum:
+        raise ConfigError(lc.key(name), f"must be at least {minimum}")
+    return value
 
 
 _LOGIN_MODULES = {PLAIN: jaas.PLAIN_LOGIN_MODULE, **{m: jaas.SCRAM_LOGIN_MODULE for m in SCRAM_MECHANISMS}}
