@@ -142,3 +142,18 @@ def test_inter_broker_login_is_checked_at_start(certs: Certs) -> None:
             'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" password="p";'}))
     assert (ok.protocol, ok.mechanism, ok.username, ok.password) == ("SASL_SSL", "SCRAM-SHA-512", "b", "p")
     assert ok.ssl_context is not None and ok.ssl_context.check_hostname
+
+
+def test_encrypted_private_key_with_ssl_key_password(certs: Certs, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    leaf = certs.ca_obj.issue_cert("127.0.0.1")
+    key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+    encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(b"key-secret"))
+    path = tmp_path / "encrypted.pem"
+    path.write_bytes(encrypted + b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    props = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(path)}
+    assert _build(**props, **{"ssl.key.password": "key-secret"})["SSL"].ssl_context is not None
+    _refused("ssl.key.password", **props, **{"ssl.key.password": "wrong"})
+    _refused("ssl.key.password", **props)  # encrypted, and no password given

@@ -121,11 +121,13 @@ def _load_chain(ctx: ssl.SSLContext, lc: ListenerConfig, name: str, pem: str, pa
     try:
         os.write(fd, pem.encode())
         os.close(fd)
-        ctx.load_cert_chain(tmp, password=password or None)
-    except ssl.SSLError as e:
+        # A callable, never None: OpenSSL would otherwise ask for the pass phrase on the terminal.
+        ctx.load_cert_chain(tmp, password=lambda: (password or "").encode())
+    except (ssl.SSLError, OSError) as e:
+        reason = getattr(e, "reason", None) or e
         if "ENCRYPTED" in pem:
-            raise ConfigError(lc.key("ssl.key.password"), f"cannot decrypt the private key ({e.reason})") from None
-        raise ConfigError(lc.key(name), f"not a usable PEM key and certificate chain ({e.reason})") from None
+            raise ConfigError(lc.key("ssl.key.password"), f"cannot decrypt the private key ({reason})") from None
+        raise ConfigError(lc.key(name), f"not a usable PEM key and certificate chain ({reason})") from None
     finally:
         os.unlink(tmp)
 
