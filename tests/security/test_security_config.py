@@ -92,6 +92,8 @@ def test_refusals(certs: Certs, tmp_path: Path) -> None:
     _refused("listener.name.sasl_plaintext.connections.max.reauth.ms",
              **_sasl(**{"listener.name.sasl_plaintext.connections.max.reauth.ms": "soon"}))
     _refused("principal.builder.class", **_sasl(**{"principal.builder.class": "com.example.Builder"}))
+    _refused("zookeeper.ssl.client.enable", **_sasl(**{"zookeeper.ssl.client.enable": "true"}))
+    _refused("zookeeper.set.acl", **_sasl(**{"zookeeper.set.acl": "true"}))
     _refused("authorizer.class.name", **_sasl(**{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}))
 
 

@@ -44,6 +44,10 @@ def build(config: BrokerConfig) -> dict[str, ListenerSecurity]:
         base = key.split(".", 3)[3] if key.startswith("listener.name.") and key.count(".") >= 3 else key
         if base in UNSUPPORTED_KEYS:
             raise ConfigError(key, "custom Java classes are not supported by strom")
+    for key in ("zookeeper.ssl.client.enable", "zookeeper.set.acl"):
+        if config.raw.get(key, "false").strip().lower() == "true":
+            # Asked for a secured ZooKeeper connection: strom's is plain TCP without ACLs.
+            raise ConfigError(key, "TLS and ACLs on the ZooKeeper connection are not built in strom yet")
     if config.authorizer_class_name.strip():
         # Asked for ACLs: serving without them would be less than asked.
         raise ConfigError("authorizer.class.name", "ACLs are not built in strom yet; leave it empty")
