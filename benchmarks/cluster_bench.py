@@ -96,6 +96,7 @@ class BrokerNode:
         if "zookeeper.connect" in settings:
             self.settings["broker.id"] = str(broker_id)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.hung = False  # a SIGTERM once took longer than terminate()'s dump_after
 
     @property
     def bootstrap(self) -> str:
@@ -141,18 +142,30 @@ class BrokerNode:
         if self.proc is not None:
             self.proc.wait()
 
-    def terminate(self, timeout: float = 60.0) -> float:
-        """SIGTERM (a controlled shutdown in a cluster) and wait; the seconds it took to exit."""
+    def terminate(self, timeout: float = 60.0, dump_after: float = 20.0) -> float:
+        """SIGTERM (a controlled shutdown in a cluster) and wait; the seconds it took to exit. A broker
+        still there after ``dump_after`` s has its stacks written next to its log (py-spy dump, when
+        installed) before it is killed at ``timeout``: a stop that hangs is a finding."""
         if not self.alive():
             return 0.0
         assert self.proc is not None
         t0 = time.perf_counter()
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout)
+            self.proc.wait(min(dump_after, timeout))
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.hung = True
+            exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            out = self.workdir / f"stop-hang-{int(time.time())}.txt"
+            log(f"  broker {self.broker_id} still running {dump_after:.0f} s after SIGTERM; its stacks go to {out}")
+            with contextlib.suppress(OSError, subprocess.SubprocessError), open(out, "w") as f:
+                subprocess.run([exe, "dump", "--pid", str(self.proc.pid)], stdout=f, stderr=subprocess.STDOUT,
+                               timeout=30)
+            try:
+                self.proc.wait(max(0.0, timeout - (time.perf_counter() - t0)))
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         return time.perf_counter() - t0
 
     def log_tail(self, lines: int = 30) -> str:
@@ -283,6 +296,9 @@ class Processes:
         b = BrokerNode(0, workdir, settings or {})
         self.brokers.append(b)
         return b.start()
+
+    def any_hung(self) -> bool:
+        return any(n.hung for c in self.clusters for n in c.nodes.values()) or any(b.hung for b in self.brokers)
 
     def stop_all(self) -> None:
         for c in self.clusters:
@@ -1140,10 +1156,11 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         procs.stop_all()
+        failed = failed or procs.any_hung()
         if args.workdir is None and not failed:
             shutil.rmtree(workdir, ignore_errors=True)
         elif failed:
-            log(f"the brokers' and ZooKeeper's logs are kept in {workdir}")
+            log(f"the brokers' and ZooKeeper's logs (and any stop-hang stacks) are kept in {workdir}")
         if args.json_out is not None:
             args.json_out.write_text(json.dumps(report, indent=2, default=str))
     m = report["machine"]

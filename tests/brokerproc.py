@@ -14,10 +14,19 @@ from pathlib import Path
 READY_MARK = "ready: listening on"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now and never handed out before in this test process: the kernel may give the
+    same ephemeral port to two successive bind(0) calls, and two brokers of one cluster then clash."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class BrokerProcess:

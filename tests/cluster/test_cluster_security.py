@@ -23,7 +23,6 @@ from clusterproc import (
     check_acknowledged,
     wait_replicas_identical,
 )
-from conftest import unique
 from helpers import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -69,7 +68,7 @@ def test_replication_over_sasl_ssl_survives_a_leader_kill(secure_cluster: tuple[
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cluster, _ = secure_cluster
-    topic = unique("secured")
+    topic = f"secured-{time.monotonic_ns() % 10**9}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(30)
     for p in range(2):

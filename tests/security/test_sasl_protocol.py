@@ -9,9 +9,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import Certs, SecureBroker, add_scram_user, start_secure
-from helpers import ConnectionClosed, RawConnection, ms, request_class, values_batch
+from helpers import ConnectionClosed, RawConnection, ms, request_class, values_batch, wait_until
 from saslraw import authenticate, handshake, login, plain_token
+from sechelpers import Certs, SecureBroker, add_scram_user, start_secure
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,7 +70,8 @@ def test_unauthenticated_requests_close_the_connection(broker: SecureBroker, req
         with pytest.raises(ConnectionClosed):
             c.read_frame()  # closed without an answer
     assert _log_end(broker, topic) == 0
-    assert "before SASL authentication on listener SASL_PLAINTEXT" in broker.log_text()
+    wait_until(lambda: "before SASL authentication on listener SASL_PLAINTEXT" in broker.log_text(), timeout=5,
+               what="the close in the broker's log")
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Certs, SecureBroker, start_secure
+from sechelpers import Certs, SecureBroker, start_secure
 
 from strom.security.client_properties import librdkafka_properties
 from strom.spark.options import OptionError, source_options

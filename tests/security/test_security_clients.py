@@ -12,8 +12,8 @@ import subprocess
 import uuid
 
 import pytest
-from conftest import Certs, SecureBroker, add_scram_user
 from helpers import wait_until
+from sechelpers import Certs, SecureBroker, add_scram_user
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,7 +51,7 @@ def test_confluent_kafka_sasl_ssl_scram_sha_512(secure_broker: SecureBroker, cer
     finally:
         c.close()
     assert got == [f"v{i}".encode() for i in range(50)]
-    assert "authenticated as User:carol" in secure_broker.log_text()
+    wait_until(lambda: "authenticated as User:carol" in secure_broker.log_text(), timeout=5, what="the login logged")
 
 
 def test_kafka_python_sasl_ssl_scram_sha_512(secure_broker: SecureBroker, certs: Certs,
@@ -128,7 +128,9 @@ def test_wrong_password_is_refused(secure_broker: SecureBroker, certs: Certs, sc
                timeout=10, what="an authentication error")
     text = next(e.str() for e in errors if e.code() == KafkaError._AUTHENTICATION)
     assert "invalid credentials" in text and "not-the-password" not in text
-    assert "SASL authentication failed on listener SASL_SSL" in secure_broker.log_text()
+    # (The broker's log reaches the test through a pipe and a thread: wait for it.)
+    wait_until(lambda: "SASL authentication failed on listener SASL_SSL" in secure_broker.log_text(), timeout=5,
+               what="the refusal in the broker's log")
 
 
 def test_mutual_tls_maps_the_certificate_to_a_principal(secure_broker: SecureBroker, certs: Certs) -> None:

@@ -25,8 +25,10 @@ from strom.config import (
     with_dynamic_configs,
 )
 from strom.config._defs import ConfigType, format_value
+from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
     from strom.broker.server import Broker
     from strom.cluster.metadata import MetadataStore
 
@@ -211,7 +213,7 @@ class ConfigAdmin:
 
 
 def alter_resources(
-    admin: ConfigAdmin, request: Any, new_configs: Callable[[Any], dict[str, str]]
+    admin: ConfigAdmin, ctx: RequestContext, request: Any, new_configs: Callable[[Any], dict[str, str]]
 ) -> dict[str, Any]:
     """The response shared by AlterConfigs and IncrementalAlterConfigs: per resource, refuse a
     duplicate, compute its new overrides with ``new_configs`` and apply them (or only validate)."""
@@ -223,6 +225,10 @@ def alter_resources(
         try:
             if keys.count((r.resource_type, r.resource_name)) > 1:
                 raise ConfigChangeError(INVALID_REQUEST, f"Duplicate resource {r.resource_name!r} in the request")
+            refused = admin.broker.acls.config_resource_error(ctx, AclOperation.ALTER_CONFIGS, int(r.resource_type),
+                                                              r.resource_name)
+            if refused:
+                raise ConfigChangeError(refused, f"Not authorized to alter the configs of {r.resource_name!r}")
             admin.alter(r.resource_type, r.resource_name, new_configs(r), bool(request.validate_only))
         except ConfigChangeError as e:
             entry.update(error_code=e.error_code, error_message=e.message)

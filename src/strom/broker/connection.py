@@ -67,6 +67,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # Who this connection acts as (the authorizer will check it): the SASL user, the mapped
         # certificate subject on an SSL listener with client authentication, else User:ANONYMOUS.
         self.principal: KafkaPrincipal = ANONYMOUS
+        self.principal_name = str(ANONYMOUS)  # its text, "User:alice", as requests carry it
         self._authenticated = False
         if security is not None and security.uses_sasl:
             self.authenticator = SaslAuthenticator(security, broker.scram_credential)
@@ -91,12 +92,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         dn = subject_dn(der)
         try:
-            self.principal = user(mapper.name_for(dn))
+            self._set_principal(user(mapper.name_for(dn)))
         except NoMatchingRule as e:
             self.close(str(e))
             return
         log.info("connection %s from %s on listener %s authenticated as %s (certificate %s)",
                  self.id, self.peer, self.listener, self.principal, dn)
+
+    def _set_principal(self, principal: KafkaPrincipal) -> None:
+        self.principal, self.principal_name = principal, str(principal)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -169,7 +173,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(str(e))
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
-                             self.peer.rsplit(":", 1)[0], self.id, self.listener, self.principal, auth)
+                             self.peer.rsplit(":", 1)[0], self.id, self.listener, self.principal_name, auth)
         started = self.broker.metrics.clock()
         try:
             result = handler.handle(self.broker, ctx, request)
@@ -223,7 +227,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(f"SASL authentication failed on listener {self.listener}")  # the answer is sent first
         elif auth.principal is not None and not self._authenticated:
             self._authenticated = True
-            self.principal = auth.principal  # re-authentication keeps it (the authenticator checks)
+            self._set_principal(auth.principal)  # re-authentication keeps it (the authenticator checks)
             self.decoder.max_frame = self.broker.config.socket_request_max_bytes
             log.info("connection %s from %s on listener %s authenticated as %s", self.id, self.peer,
                      self.listener, auth.principal)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from strom.security.principal import ANONYMOUS, KafkaPrincipal
-
 if TYPE_CHECKING:
     from strom.security.authenticator import SaslAuthenticator
 
@@ -22,6 +20,8 @@ class RequestContext:
     # The listener the connection was accepted on: Metadata and FindCoordinator answer with each
     # broker's endpoint on this listener, as Kafka does ("" when unknown: the inter-broker one).
     listener: str = ""
-    # Who the connection acts as (authorization will check it), and its SASL state on a SASL listener.
-    principal: KafkaPrincipal = ANONYMOUS
+    # Who sent it, as Kafka names principals ("User:alice"): the text of the connection's
+    # KafkaPrincipal (security/principal.py); authorization decides on it.
+    principal: str = "User:ANONYMOUS"
+    # The connection's SASL state on a SASL listener (SaslHandshake and SaslAuthenticate act on it).
     session: SaslAuthenticator | None = None

@@ -10,6 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.acls import AclManager
 from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.handlers import ApiHandler, discover
@@ -71,6 +72,7 @@ class Broker:
         self.topics = TopicManager(self)
         self.maintenance = LogMaintenance(self)  # retention and the log cleaner
         self.config_admin = ConfigAdmin(self)
+        self.acls = AclManager(self)  # authorizer.class.name: who may do what (strom.security.acl)
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
@@ -99,6 +101,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         if self.cluster is not None:
             await self.cluster.connect()  # the metadata cache is loaded from ZooKeeper
+        await self.acls.start()  # before the first request can come
         await loop.run_in_executor(None, self.log_manager.startup)
         self.topics.reconcile()
         if self.cluster is not None:

@@ -17,11 +17,13 @@ import socket
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
+
+if TYPE_CHECKING:  # rich is imported where output is printed: `strom broker` starts without it
+    from rich.console import Console
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_CONNECT_TIMEOUT = 8.0
@@ -385,6 +387,8 @@ def topic_metadata(client: Any, opts: ClientOptions, topic: str, retries: float 
 
 def out_console() -> Console:
     """Console for results on stdout; wide when piped so tables are not squeezed to 80 columns."""
+    from rich.console import Console
+
     if sys.stdout.isatty():
         return Console()
     return Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200), color_system=None,
@@ -392,6 +396,8 @@ def out_console() -> Console:
 
 
 def err_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -21,7 +22,23 @@ def _setup_logging(level: str) -> None:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """click's documented pattern for subcommands loaded on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = LAZY_COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = target.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="strom")
 @connection_options
 def cli() -> None:
@@ -70,23 +87,21 @@ def broker(ctx: click.Context, config_path: Path | None, overrides: tuple[str, .
     run_broker(config, setup=setup)
 
 
-def _register_commands() -> None:
-    """Command families live in their own modules; each adds one line here."""
-    # (registrations)
-    from strom.cli.topics import topics; cli.add_command(topics)  # noqa: E702, I001
-    from strom.cli.reassign import reassign; topics.add_command(reassign)  # noqa: E702, I001
-    from strom.cli.produce import produce; cli.add_command(produce)  # noqa: E702, I001
-    from strom.cli.consume import consume; cli.add_command(consume)  # noqa: E702, I001
-    from strom.cli.groups import groups; cli.add_command(groups)  # noqa: E702, I001
-    from strom.cli.configs import configs; cli.add_command(configs)  # noqa: E702, I001
-    from strom.cli.cluster import cluster; cli.add_command(cluster)  # noqa: E702, I001
-    from strom.cli.users import users; cli.add_command(users)  # noqa: E702, I001
-    from strom.bench.cli import bench; cli.add_command(bench)  # noqa: E702, I001
-    from strom.demo.cli import demo; cli.add_command(demo)  # noqa: E702, I001
-    from strom.cli.dev_cluster import dev_cluster; cli.add_command(dev_cluster)  # noqa: E702, I001
-
-
-_register_commands()
+# Command families live in their own modules, imported only when their command runs (so that
+# `strom broker` does not pay for rich, the bench or the demo at start): name -> "module:attribute".
+LAZY_COMMANDS: dict[str, str] = {
+    "topics": "strom.cli.topics:topics",
+    "produce": "strom.cli.produce:produce",
+    "consume": "strom.cli.consume:consume",
+    "groups": "strom.cli.groups:groups",
+    "configs": "strom.cli.configs:configs",
+    "cluster": "strom.cli.cluster:cluster",
+    "acls": "strom.cli.acls:acls",
+    "users": "strom.cli.users:users",
+    "bench": "strom.bench.cli:bench",
+    "demo": "strom.demo.cli:demo",
+    "dev-cluster": "strom.cli.dev_cluster:dev_cluster",
+}
 
 
 def main() -> None:

@@ -15,13 +15,13 @@ from typing import Any
 import click
 
 from strom.cli.common import ClientOptions, Failure, admin_client, client_options, fetch_metadata, note
-from strom.cli.topics import _RawConnection
+from strom.cli.raw_connection import RawConnection
 
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 
 
-def _controller(opts: ClientOptions) -> _RawConnection:
+def _controller(opts: ClientOptions) -> RawConnection:
     if not opts.plaintext:
         raise Failure("reassign needs a PLAINTEXT listener (it talks to the controller directly)")
     admin = admin_client(opts)
@@ -30,13 +30,13 @@ def _controller(opts: ClientOptions) -> _RawConnection:
     if broker is None:
         raise Failure("the cluster has no controller right now; try again")
     try:
-        return _RawConnection(broker.host, broker.port, opts.connect_timeout)
+        return RawConnection(broker.host, broker.port, opts.connect_timeout)
     except OSError as e:
         raise Failure(f"cannot reach the controller (broker {md.controller_id}) at {broker.host}:{broker.port}: "
                       f"{e}") from None
 
 
-def _alter(conn: _RawConnection, topic: str, partition: int, replicas: list[int] | None) -> None:
+def _alter(conn: RawConnection, topic: str, partition: int, replicas: list[int] | None) -> None:
     from kio.schema.alter_partition_reassignments.v0 import request as req
     from kio.schema.types import BrokerId, TopicName
     from kio.static.primitive import i32, i32Timedelta
@@ -55,7 +55,7 @@ def _alter(conn: _RawConnection, topic: str, partition: int, replicas: list[int]
                 raise Failure(f"{topic}-{partition}: {_error_name(int(p.error_code))}: {p.error_message or ''}")
 
 
-def _ongoing(conn: _RawConnection) -> list[dict[str, Any]]:
+def _ongoing(conn: RawConnection) -> list[dict[str, Any]]:
     from kio.schema.list_partition_reassignments.v0 import request as req
     from kio.static.primitive import i32Timedelta
 

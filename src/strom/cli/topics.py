@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import struct
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +26,7 @@ from strom.cli.common import (
     parse_key_values,
     topic_metadata,
 )
+from strom.cli.raw_connection import RawConnection
 
 REQUEST_TIMEOUT = 30.0
 API_VERSIONS = 18
@@ -149,41 +148,7 @@ def _watermarks(admin: Any, topic: str, partitions: Iterable[int]) -> dict[int, 
     return {p: (v[0], v[1]) for p, v in found.items()}
 
 
-class _RawConnection:
-    """Just enough of the Kafka protocol for one request the AdminClient lacks (DescribeLogDirs)."""
-
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.settimeout(timeout)
-        self.correlation = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def request(self, api_key: int, version: int, body: Any) -> Any:
-        from strom.protocol import wire
-
-        self.correlation += 1
-        self.sock.sendall(wire.encode_request(api_key, version, self.correlation, "strom-cli", body))
-        size = struct.unpack(">i", self._read(4))[0]
-        if not 0 <= size <= 64 * 1024 * 1024:
-            raise OSError(f"bad response size {size}")
-        got, response = wire.decode_response(api_key, version, self._read(size))
-        if got != self.correlation:
-            raise OSError("correlation id mismatch")
-        return response
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise OSError("connection closed")
-            buf += chunk
-        return bytes(buf)
-
-
-def _describe_log_dirs_version(conn: _RawConnection) -> int | None:
+def _describe_log_dirs_version(conn: RawConnection) -> int | None:
     from kio.index import load_request_schema
     from kio.schema.api_versions.v0.request import ApiVersionsRequest
 
@@ -205,7 +170,7 @@ def _broker_log_dir_sizes(host: str, port: int, topic: str, partitions: list[int
     from kio.index import load_request_schema
 
     try:
-        conn = _RawConnection(host, port, timeout)
+        conn = RawConnection(host, port, timeout)
     except OSError:
         return None
     try:
@@ -496,3 +461,9 @@ def alter(name: str, partitions: int | None, configs: tuple[str, ...], deletes: 
             raise Failure(f"cannot change configs of '{name}': {kafka_error_message(err)}") from None
         changes = [f"{k}={v}" for k, v in sets] + [f"-{k}" for k in deletes]
         click.echo(f"Updated configs of topic '{name}': {', '.join(changes)}.")
+
+
+# `strom topics reassign` lives in its own module.
+from strom.cli.reassign import reassign  # noqa: E402
+
+topics.add_command(reassign)

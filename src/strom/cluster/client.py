@@ -32,9 +32,11 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         ctx = self.security.ssl_context
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, ssl=ctx, server_hostname=self.host if ctx else None),
-            self.timeout_s)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+        # arrives as the awaited call completes, and a task being stopped then runs on.
+        async with asyncio.timeout(self.timeout_s):
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=ctx, server_hostname=self.host if ctx else None)
         if self.security.mechanism is not None:
             await self._login()
 
@@ -77,7 +79,8 @@ class BrokerConnection:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             return await reader.readexactly(size)
 
-        frame = await asyncio.wait_for(read(), timeout_s or self.timeout_s)
+        async with asyncio.timeout(timeout_s or self.timeout_s):
+            frame = await read()
         got, response = wire.decode_response(api_key, version, frame)
         if got != correlation:
             raise ConnectionError(f"correlation id {got} for request {correlation}")

@@ -13,6 +13,8 @@ from typing import Any
 
 import javaproperties
 
+from strom.security.acl import ACL_AUTHORIZERS, valid_principal
+
 from ._defs import (
     ConfigEntry,
     ConfigError,
@@ -536,6 +538,14 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
         zk_conn if zk_conn is not None else _int(values, "zookeeper.session.timeout.ms")
     )
     out["super_users"] = [s.strip() for s in (_opt_str(values, "super.users") or "").split(";") if s.strip()]
+    for user in out["super_users"]:
+        if not valid_principal(user):
+            raise ConfigError("super.users", f"'{user}' is not a principal of the form User:NAME")
+    authorizer = (_opt_str(values, "authorizer.class.name") or "").strip()
+    if authorizer and authorizer not in ACL_AUTHORIZERS:
+        raise ConfigError("authorizer.class.name", f"unknown authorizer '{authorizer}'; strom has the ACL authorizer "
+                                                   f"(kafka.security.authorizer.AclAuthorizer or "
+                                                   f"org.apache.kafka.metadata.authorizer.StandardAuthorizer)")
 
     if _int(values, "group.min.session.timeout.ms") > _int(values, "group.max.session.timeout.ms"):
         raise ConfigError("group.min.session.timeout.ms", "must not be greater than group.max.session.timeout.ms")

@@ -44,6 +44,11 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 # producer, would otherwise wait for. Later the full backoff applies, as in Kafka.
 _LEADER_NOT_READY = {E.not_leader_or_follower, E.unknown_leader_epoch}
 _LEADER_NOT_READY_RETRY_S = 0.02
+# A Fetch not answered within this long sits in the leader's long-poll (see ReplicaFetcher._ask_soon).
+_WAITING_S = 0.02
+# How long stop() waits for the fetcher task (a Fetch being answered takes at most
+# replica.fetch.wait.max.ms once its cancellation was lost, see stop()).
+_STOP_WAIT_S = 5.0
 _RETRY_LATER = {E.not_leader_or_follower, E.fenced_leader_epoch, E.unknown_leader_epoch,
                 E.unknown_topic_or_partition, E.kafka_storage_error}
 
@@ -69,34 +74,82 @@ class ReplicaFetcher:
         self.not_ready_s = min(self.backoff_s, _LEADER_NOT_READY_RETRY_S)
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
         self.socket_timeout_s = cfg.replica_socket_timeout_ms / 1000
+        self._conn: BrokerConnection | None = None
+        # The partitions of the Fetch on the wire (None when none is), and when it was sent.
+        self._in_flight: set[tuple[str, int]] | None = None
+        self._request_sent_at = 0.0
+        self._gave_up = False  # _ask_soon closed the connection under that Fetch
+        self._wanted: set[tuple[str, int]] = set()  # to be asked for without waiting (see _ask_soon)
+        self._stopping = False
 
     def start(self) -> None:
         self._task = self.manager.broker.spawn(self._run())
 
     async def stop(self) -> None:
+        # Not the cancel alone: on Python 3.11 asyncio.wait_for (under every request) drops a
+        # cancellation that comes in the loop turn its read completes, and the fetcher then went on
+        # for ever while the broker's shutdown waited for it. The loop also checks this flag, and
+        # the wait is bounded.
+        self._stopping = True
+        self._changed.set()  # an idle fetcher wakes up to see it
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            done, _ = await asyncio.wait((self._task,), timeout=_STOP_WAIT_S)
+            if not done:
+                log.warning("replica fetcher for broker %d did not stop within %.0f s", self.leader_id,
+                            _STOP_WAIT_S)
 
     def add(self, part: Partition) -> None:
         self.partitions[part.key] = _Fetching(part, part.leader_epoch, added_at=time.monotonic())
         self._changed.set()
+        self._want(part.key)
+
+    def _want(self, key: tuple[str, int]) -> None:
+        """``key`` is to be asked for now: it just came here, or its short retry is due."""
+        self._wanted.add(key)
+        self._ask_soon(key)
+
+    def _ask_soon(self, key: tuple[str, int]) -> None:
+        """A Fetch on the wire without ``key`` may sit in the leader's long-poll for up to
+        replica.fetch.wait.max.ms, and right after a leader change so would the new leader's high
+        watermark (acks=all). Once that Fetch has been out for _WAITING_S it is waiting, not moving
+        data (the leader answers at once when it has some), so it is given up: its connection is
+        closed, as its answer would come first, and the loop goes round again at once (first the
+        OffsetForLeaderEpoch of a partition that just came). Looked at again when _WAITING_S is up;
+        a Fetch sent without a wanted partition (it came during an OffsetForLeaderEpoch) calls this."""
+        in_flight = self._in_flight
+        if in_flight is None or key in in_flight or key not in self._wanted or self._conn is None:
+            return
+        loop = asyncio.get_running_loop()
+        f = self.partitions.get(key)
+        if f is None:
+            self._wanted.discard(key)
+            return
+        if f.delayed_until > loop.time() + 0.005:
+            return  # it cannot be asked for yet: a short retry calls _want again when due
+        waited = loop.time() - self._request_sent_at
+        if waited < _WAITING_S:
+            loop.call_later(_WAITING_S - waited, self._ask_soon, key)
+            return
+        self._gave_up = True
+        self._conn.close()
 
     def remove(self, key: tuple[str, int]) -> None:
         self.partitions.pop(key, None)
+        self._wanted.discard(key)
 
     # ---- the loop ------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         conn: BrokerConnection | None = None
-        while True:
+        while not self._stopping:
             if not self.partitions:
                 # Idle: let the connection go (Kafka shuts idle fetchers down). Kept, it may be dead by
                 # the time partitions come back (the leader restarted meanwhile), and its first request
                 # would then fail and cost replica.fetch.backoff.ms while a new leader waits for us.
                 if conn is not None:
                     conn.close()
-                    conn = None
+                    conn = self._conn = None
                 self._changed.clear()
                 await self._changed.wait()
                 continue
@@ -104,6 +157,7 @@ class ReplicaFetcher:
                 if conn is None:
                     conn = self._connection()
                     await conn.connect()
+                    self._conn = conn
                 if any(not f.truncated for f in self.partitions.values()):
                     await self._truncate(conn)
                 if not await self._fetch(conn):
@@ -113,10 +167,13 @@ class ReplicaFetcher:
                     conn.close()
                 raise
             except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, ConnectionError, LookupError) as e:
-                log.debug("fetching from broker %d: %s", self.leader_id, e)
                 if conn is not None:
                     conn.close()
-                conn = None
+                conn = self._conn = None
+                if self._gave_up:  # closed by _ask_soon: go round again at once, on a new connection
+                    self._gave_up = False
+                    continue
+                log.debug("fetching from broker %d: %s", self.leader_id, e)
                 await asyncio.sleep(self.backoff_s)
             except Exception:
                 log.exception("replica fetcher for broker %d failed; retrying", self.leader_id)
@@ -124,6 +181,8 @@ class ReplicaFetcher:
                     conn.close()
                 conn = None
                 await asyncio.sleep(self.backoff_s)
+        if conn is not None:
+            conn.close()
 
     def _connection(self) -> BrokerConnection:
         manager = self.manager
@@ -137,6 +196,8 @@ class ReplicaFetcher:
 
     def _error_backoff(self, f: _Fetching, error_code: int) -> float:
         if error_code in _LEADER_NOT_READY and time.monotonic() - f.added_at < self.backoff_s:
+            # When the short wait is over it must not wait for a long-poll on the others as well.
+            asyncio.get_running_loop().call_later(self.not_ready_s, self._want, f.part.key)
             return self.not_ready_s
         return self.backoff_s
 
@@ -214,7 +275,18 @@ class ReplicaFetcher:
                     partition_max_bytes=i32(cfg.replica_fetch_max_bytes)) for f in fs))
                 for t, fs in by_topic.items()),
             forgotten_topics_data=(), rack_id="")
-        response = await conn.request(1, FETCH_VERSION, body, self.socket_timeout_s + self.max_wait_ms / 1000)
+        loop = asyncio.get_running_loop()
+        self._in_flight = in_flight = {f.part.key for f in ready}
+        self._request_sent_at = loop.time()
+        self._gave_up = False
+        if self._wanted:
+            self._wanted -= in_flight
+            for key in self._wanted:  # not ready yet (no OffsetForLeaderEpoch answer, or a short retry)
+                loop.call_soon(self._ask_soon, key)
+        try:
+            response = await conn.request(1, FETCH_VERSION, body, self.socket_timeout_s + self.max_wait_ms / 1000)
+        finally:
+            self._in_flight = None
         to_flush = []
         for topic in response.responses:
             for r in topic.partitions:

@@ -1,5 +1,5 @@
-"""Security: TLS listeners, SASL authentication and the principal a connection acts as.
+"""Security: TLS listeners, SASL authentication, the principal a connection acts as, and ACLs.
 
-Authorization (ACLs) and quotas will plug in above this: every connection carries a
-``KafkaPrincipal`` (``KafkaConnection.principal`` and ``RequestContext.principal``) for them to check.
+Every connection carries a ``KafkaPrincipal`` (``KafkaConnection.principal``; its text is each
+request's ``RequestContext.principal``), which the ACL authorizer (acl.py) decides on.
 """

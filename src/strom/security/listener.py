@@ -48,9 +48,6 @@ def build(config: BrokerConfig) -> dict[str, ListenerSecurity]:
         if config.raw.get(key, "false").strip().lower() == "true":
             # Asked for a secured ZooKeeper connection: strom's is plain TCP without ACLs.
             raise ConfigError(key, "TLS and ACLs on the ZooKeeper connection are not built in strom yet")
-    if config.authorizer_class_name.strip():
-        # Asked for ACLs: serving without them would be less than asked.
-        raise ConfigError("authorizer.class.name", "ACLs are not built in strom yet; leave it empty")
     out = {}
     for listener in config.listeners:
         protocol = config.listener_security_protocol_map[listener.name]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -34,6 +35,9 @@ async def _one(broker: Broker, topic: str, p: int, replicas: list[int] | None) -
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     cluster = broker.cluster
+    if not broker.acls.cluster_allowed(ctx, AclOperation.ALTER):
+        return {"throttle_time": 0, "error_code": E.cluster_authorization_failed, "error_message": None,
+                "responses": [], "allow_replication_factor_change": True}
     if cluster is not None and (cluster.controller is None or not cluster.controller.active):
         return {"throttle_time": 0, "error_code": E.not_controller, "error_message": None, "responses": [],
                 "allow_replication_factor_change": True}

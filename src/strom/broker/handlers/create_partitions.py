@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION, TopicError
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -14,12 +15,16 @@ API_KEY = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
 
+TOPIC_AUTHORIZATION_FAILED = 29
+
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     results = []
     for t in request.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
+            if not broker.acls.allowed(ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise TopicError(TOPIC_AUTHORIZATION_FAILED, f"Not authorized to alter topic '{t.name}'.")
             info = broker.metadata.get_topic(t.name)
             if info is None:
                 raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
 API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
+
+TOPIC_AUTHORIZATION_FAILED = 29
 
 INVALID_REQUEST = 42
 SOURCE_CODES = {
@@ -38,6 +41,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     validate_only = getattr(request, "validate_only", False)
     seen: set[str] = set()
     results = []
+    acls = broker.acls
+    # CREATE on the cluster allows every topic; otherwise CREATE on each topic is needed.
+    denied = set() if acls.cluster_allowed(ctx, AclOperation.CREATE, audit_denial=False) else acls.denied(
+        ctx, AclOperation.CREATE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         partitions = t.num_partitions
@@ -52,6 +59,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             if t.name in seen:
                 raise TopicError(INVALID_REQUEST, f"Create topics request had '{t.name}' more than once.")
             seen.add(t.name)
+            if t.name in denied:
+                raise TopicError(TOPIC_AUTHORIZATION_FAILED, f"Not authorized to create topic '{t.name}'.")
             if validate_only:
                 p = broker.config.num_partitions if partitions == -1 else partitions
                 r = broker.config.default_replication_factor if rf == -1 else rf

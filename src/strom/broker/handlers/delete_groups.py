@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -21,6 +22,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     mine = []
     coord = None
     for g in request.groups_names:
+        if not broker.acls.allowed(ctx, AclOperation.DELETE, ResourceType.GROUP, g):
+            errors[g] = E.group_authorization_failed
+            continue
         found, errors[g] = coordinator_for(broker, g)
         if found is not None:
             coord = found

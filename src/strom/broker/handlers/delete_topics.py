@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
 API_KEY = 20
 MIN_VERSION = 1
 MAX_VERSION = 6
+
+TOPIC_AUTHORIZATION_FAILED = 29
 
 UNKNOWN_TOPIC_ID = 100
 TOPIC_DELETION_DISABLED = 73
@@ -34,7 +37,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 continue
             name = info.name
             entry["name"] = name
-        if not broker.config.delete_topic_enable:
+        if not broker.acls.allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, name or ""):
+            entry.update(error_code=TOPIC_AUTHORIZATION_FAILED, error_message=None)
+        elif not broker.config.delete_topic_enable:
             entry.update(error_code=TOPIC_DELETION_DISABLED, error_message="delete.topic.enable is false")
         else:
             try:

@@ -55,5 +55,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         "controller_id": controller,
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"],
                      "is_fenced": False} for b in brokers],
-        "cluster_authorized_operations": cluster_authorized_operations(request.include_cluster_authorized_operations),
+        "cluster_authorized_operations": cluster_authorized_operations(
+            broker, ctx, request.include_cluster_authorized_operations),
     }

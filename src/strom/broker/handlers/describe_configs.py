@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.handlers.create_topics import SOURCE_CODES
+from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -29,7 +30,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                                   "resource_name": r.resource_name, "configs": []}
         entries = None
-        if r.resource_type == TOPIC:
+        refused = broker.acls.config_resource_error(ctx, AclOperation.DESCRIBE_CONFIGS, int(r.resource_type),
+                                                    r.resource_name)
+        if refused:
+            result.update(error_code=refused)
+        elif r.resource_type == TOPIC:
             info = broker.metadata.get_topic(r.resource_name)
             if info is None:
                 result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message="unknown topic")

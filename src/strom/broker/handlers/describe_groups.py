@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -20,7 +21,12 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     groups = []
+    acls = broker.acls
     for group_id in request.groups:
+        if not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append({"group_id": group_id, "error_code": E.group_authorization_failed, "group_state": "",
+                           "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+            continue
         coord, error = coordinator_for(broker, group_id)
         if coord is None:
             groups.append({"group_id": group_id, "error_code": error, "group_state": "",
@@ -36,7 +42,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
                          "member_metadata": m.metadata, "member_assignment": m.assignment} for m in d.members],
-            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "authorized_operations": acls.authorized_operations(ctx, ResourceType.GROUP, group_id)
+            if getattr(request, "include_authorized_operations", False) else AUTHORIZED_OPERATIONS_OMITTED,
         }
         if d.state == "Dead" and ctx.api_version >= 6:
             # v6 (KIP-1043) reports a missing group as an error instead of a "Dead" group.

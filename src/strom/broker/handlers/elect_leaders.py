@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -32,7 +33,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     results: dict[tuple[str, int], tuple[E, str | None]]
     top_error = E.none
     cluster = broker.cluster
-    if cluster is None:
+    if not broker.acls.cluster_allowed(ctx, AclOperation.ALTER):
+        results = {tp: (E.cluster_authorization_failed, None) for tp in wanted}
+        top_error = E.cluster_authorization_failed
+    elif cluster is None:
         results = {}
         for topic, p in wanted:
             info = broker.metadata.get_topic(topic)

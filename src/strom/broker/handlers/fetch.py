@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.protocol import splice
 from strom.protocol.splice import BlobSplicer
+from strom.security.acl import AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ MAX_VERSION = 16
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
+TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ID_VERSION = 13
 
 
@@ -105,13 +107,65 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     """Answers at once when data (or an error) is there; otherwise returns the long-poll to await."""
     version = ctx.api_version
     topics = _resolve_topics(broker, request, version)
+    if broker.acls.enabled:
+        topics, refused = _authorize(broker, ctx, topics, _replica_id(request), version)
+        if refused:
+            # An error answers at once, as in Kafka: no long-poll on the rest.
+            return _with_refused(_serve(broker, request, topics, version, at_once=True), refused)
+    return _serve(broker, request, topics, version)
+
+
+def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
+           version: int, at_once: bool = False) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     replica_id = _replica_id(request)
     responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
-    if total >= request.min_bytes or errors or not keys or request.max_wait.total_seconds() <= 0:
+    if total >= request.min_bytes or errors or at_once or not keys or request.max_wait.total_seconds() <= 0:
         return _result(broker, topics, responses, replica_id)
     return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id)
+
+
+def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
+               replica_id: int, version: int) -> tuple[list[tuple[str | None, uuid.UUID | None, Any]],
+                                                       list[dict[str, Any]]]:
+    """(the topics to serve, the refused ones' response entries): a consumer needs READ on each
+    topic, a follower CLUSTER_ACTION on the cluster (Kafka's checks)."""
+    acls = broker.acls
+    denied: set[str | None]
+    if replica_id >= 0:
+        denied = {name for name, _, _ in topics} if not acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION) \
+            else set()
+    else:
+        denied = set(acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC,
+                                 (n for n, _, _ in topics if n is not None)))
+    if not denied:
+        return topics, []
+    key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
+    refused = [{key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": [
+        {"partition_index": p.partition, "error_code": TOPIC_AUTHORIZATION_FAILED, "high_watermark": -1,
+         "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+         "preferred_read_replica": -1, "records": b""} for p in t.partitions]}
+        for name, topic_id, t in topics if name in denied]
+    return [x for x in topics if x[0] not in denied], refused
+
+
+def _with_refused(answer: dict[str, Any] | Awaitable[dict[str, Any]],
+                  refused: list[dict[str, Any]]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    def add(response: dict[str, Any]) -> dict[str, Any]:
+        for topic in refused:
+            for entry in topic["partitions"]:
+                entry["records"] = response[splice.RESULT_KEY].hold(b"")
+        response["responses"] = [*response["responses"], *refused]
+        return response
+
+    if isinstance(answer, dict):
+        return add(answer)
+
+    async def later() -> dict[str, Any]:
+        return add(await answer)
+
+    return later()
 
 
 def _replica_id(request: Any) -> int:

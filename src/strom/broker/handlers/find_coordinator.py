@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import coordinator_of
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -71,11 +72,25 @@ def _group_coordinator_in_cluster(broker: Broker, group_id: str) -> tuple[E, str
     return E.none, None, reg
 
 
+def _authorized_entry(broker: Broker, ctx: RequestContext, error: E, message: str | None, key: str,
+                      key_type: int) -> dict[str, Any]:
+    """DESCRIBE on the group (or transactional id) is needed to learn its coordinator."""
+    if key_type in _KEY_RESOURCES:
+        resource, refusal = _KEY_RESOURCES[key_type]
+        if not broker.acls.allowed(ctx, AclOperation.DESCRIBE, resource, key):
+            return {"error_code": refusal, "error_message": None, "node_id": -1, "host": "", "port": -1}
+    return _entry(broker, error, message, key, key_type, ctx.listener)
+
+
+_KEY_RESOURCES = {GROUP: (ResourceType.GROUP, E.group_authorization_failed),
+                  TRANSACTION: (ResourceType.TRANSACTIONAL_ID, E.transactional_id_authorization_failed)}
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     key_type = getattr(request, "key_type", GROUP)
     error, message = _lookup(broker, key_type)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
-                "coordinators": [{"key": k, **_entry(broker, error, message, k, key_type, ctx.listener)}
+                "coordinators": [{"key": k, **_authorized_entry(broker, ctx, error, message, k, key_type)}
                                  for k in request.coordinator_keys]}
-    return {"throttle_time": 0, **_entry(broker, error, message, request.key, key_type, ctx.listener)}
+    return {"throttle_time": 0, **_authorized_entry(broker, ctx, error, message, request.key, key_type)}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import coordinator_for
+from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -16,6 +18,8 @@ MAX_VERSION = 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not broker.acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": E.group_authorization_failed}
     coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
         return {"throttle_time": 0, "error_code": error}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.security.acl import AclOperation, ResourceType
+
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
@@ -13,6 +15,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -20,6 +23,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         # No transaction coordinator yet: refuse clearly rather than pretend.
         return {"throttle_time": 0, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 "producer_id": -1, "producer_epoch": -1}
+    acls = broker.acls
+    if acls.enabled and not (acls.cluster_allowed(ctx, AclOperation.IDEMPOTENT_WRITE, audit_denial=False)
+                             or acls.any_allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC)):
+        # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
+        acls.cluster_allowed(ctx, AclOperation.IDEMPOTENT_WRITE)  # the audit line
+        return {"throttle_time": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "producer_id": -1,
+                "producer_epoch": -1}
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if pid >= 0 and epoch >= 0 and epoch < 32767:

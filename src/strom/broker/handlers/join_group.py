@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.api import JoinGroupRequestData, JoinGroupResult, duration_ms
 from strom.coordinator.runtime import coordinator_for
+from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -17,6 +19,8 @@ MAX_VERSION = 9
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not broker.acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _response(ctx, JoinGroupResult(E.group_authorization_failed, request.member_id))
     coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
         return _response(ctx, JoinGroupResult(error, request.member_id))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from strom.coordinator.api import MemberIdentity
 from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -23,6 +24,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     else:
         leaving = [MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
                    for m in request.members]
+    if not broker.acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": E.group_authorization_failed, "members": []}
     coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
         return {"throttle_time": 0, "error_code": error, "members": []}

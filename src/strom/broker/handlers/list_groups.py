@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import coordinator_of
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -23,6 +24,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     states = set(getattr(request, "states_filter", ()) or ())
     types = set(getattr(request, "types_filter", ()) or ())
     listed = coord.list_groups(states or None, types or None)
+    acls = broker.acls
+    if acls.enabled and not acls.cluster_allowed(ctx, AclOperation.DESCRIBE, audit_denial=False):
+        # Without DESCRIBE on the cluster, a principal sees the groups it may describe.
+        hidden = acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in listed), False)
+        listed = [g for g in listed if g.group_id not in hidden]
     return {
         "throttle_time": 0,
         "error_code": E.none,

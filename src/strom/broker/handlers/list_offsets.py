@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.security.acl import AclOperation, ResourceType
+
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
@@ -11,6 +13,8 @@ if TYPE_CHECKING:
 API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 10
+
+TOPIC_AUTHORIZATION_FAILED = 29
 
 LATEST = -1
 EARLIEST = -2
@@ -39,9 +43,14 @@ def lookup(plog: Any, timestamp: int) -> tuple[int, int]:
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics = []
+    denied = broker.acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
+            if t.name in denied:
+                parts.append({"partition_index": p.partition_index, "error_code": TOPIC_AUTHORIZATION_FAILED,
+                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
             plog, error, epoch = broker.leader_log(t.name, p.partition_index,
                                                    getattr(p, "current_leader_epoch", -1))
             if plog is None:

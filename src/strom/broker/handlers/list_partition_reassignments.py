@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -18,6 +19,8 @@ MAX_VERSION = 0
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     cluster = broker.cluster
+    if not broker.acls.cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return {"throttle_time": 0, "error_code": E.cluster_authorization_failed, "error_message": None, "topics": []}
     if cluster is None:
         return {"throttle_time": 0, "error_code": E.none, "error_message": None, "topics": []}
     if cluster.controller is None or not cluster.controller.active:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError
 from strom.cluster.metadata import TopicInfo
+from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -20,14 +21,13 @@ LEADER_NOT_AVAILABLE = 5
 UNKNOWN_TOPIC_ID = 100
 NOT_REQUESTED = -2147483648  # the schema's default for the authorized operations fields
 
-# Kafka's AclOperation codes a CLUSTER resource supports: CREATE 5, ALTER 7, DESCRIBE 8,
-# CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12. Without an authorizer
-# Kafka reports all of them as allowed; strom has no authorizer, so it does the same.
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
-def cluster_authorized_operations(requested: bool) -> int:
-    return CLUSTER_OPERATIONS if requested else NOT_REQUESTED
+def cluster_authorized_operations(broker: Broker, ctx: RequestContext, requested: bool) -> int:
+    """The bit field of Kafka's AclOperation codes the principal may use on the cluster (every one
+    without an authorizer, as Kafka reports it)."""
+    return broker.acls.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME) if requested else NOT_REQUESTED
 
 
 def topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
@@ -100,19 +100,29 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     requested = request.topics
     all_topics = requested is None or (ctx.api_version == 0 and len(requested) == 0)
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    acls = broker.acls
     topics: list[dict[str, Any]] = []
     if all_topics:
-        topics = [topic_entry(broker, t) for t in md.topics().values()]
+        # A principal sees only the topics it may describe.
+        visible = list(md.topics().values())
+        if acls.enabled:
+            hidden = acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in visible), False)
+            visible = [t for t in visible if t.name not in hidden]
+        topics = [topic_entry(broker, t) for t in visible]
     else:
         for rt in requested:
             name = rt.name
             topic: TopicInfo | None = None
             if name is None and getattr(rt, "topic_id", None) is not None:
                 topic = md.topic_by_id(rt.topic_id)
-                if topic is None:
+                if topic is None or not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    # A topic the principal may not see is as unknown as a missing one.
                     topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
                                    "partitions": []})
                     continue
+            elif name is not None and not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                continue
             elif name is not None:
                 topic = md.get_topic(name)
                 if topic is None and broker.topics.being_created(name):
@@ -120,6 +130,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                     topics.append({"error_code": LEADER_NOT_AVAILABLE, "name": name, "partitions": []})
                     continue
                 if topic is None and allow_auto and broker.config.auto_create_topics_enable:
+                    if not (acls.cluster_allowed(ctx, AclOperation.CREATE)
+                            or acls.allowed(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
+                        topics.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                        continue
                     try:
                         topic = broker.topics.create(name)
                     except TopicError as e:
@@ -129,6 +143,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 topics.append(topic_entry(broker, topic))
+    if getattr(request, "include_topic_authorized_operations", False):
+        for entry in topics:
+            if entry["error_code"] == 0:
+                entry["topic_authorized_operations"] = acls.authorized_operations(ctx, ResourceType.TOPIC,
+                                                                                  entry["name"])
     brokers, controller = brokers_and_controller(broker, ctx.listener)
     return {
         "throttle_time": 0,
@@ -138,5 +157,5 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         "topics": topics,
         # Asked for by Metadata v8-v10 (librdkafka's describe_cluster comes this way).
         "cluster_authorized_operations": cluster_authorized_operations(
-            bool(getattr(request, "include_cluster_authorized_operations", False))),
+            broker, ctx, bool(getattr(request, "include_cluster_authorized_operations", False))),
     }

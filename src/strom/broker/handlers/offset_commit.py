@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from strom.coordinator.api import OffsetCommitPartition, OffsetCommitRequestData, PartitionError
 from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -23,6 +24,10 @@ MAX_VERSION = 9
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     coord, coord_error = coordinator_for(broker, request.group_id)
+    acls = broker.acls
+    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        coord, coord_error = None, E.group_authorization_failed
+    denied = acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     known: list[OffsetCommitPartition] = []
     errors: dict[tuple[str, int], E] = {}
     order: list[tuple[str, int]] = []
@@ -33,6 +38,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             order.append(tp)
             if coord is None:
                 errors[tp] = coord_error
+            elif t.name in denied:
+                errors[tp] = E.topic_authorization_failed
             elif topic is None or not 0 <= p.partition_index < topic.partitions:
                 errors[tp] = E.unknown_topic_or_partition
             else:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -17,16 +18,22 @@ MAX_VERSION = 0
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    acls = broker.acls
+    if not acls.allowed(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return {"error_code": E.group_authorization_failed, "throttle_time": 0, "topics": []}
     coord, error = coordinator_for(broker, request.group_id)
     if coord is None:
         return {"error_code": error, "throttle_time": 0, "topics": []}
+    denied = acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     errors: dict[tuple[str, int], E] = {}
     known: list[tuple[str, int]] = []
     for t in request.topics:
         topic = broker.metadata.get_topic(t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if topic is None or not 0 <= p.partition_index < topic.partitions:
+            if t.name in denied:
+                errors[tp] = E.topic_authorization_failed
+            elif topic is None or not 0 <= p.partition_index < topic.partitions:
                 errors[tp] = E.unknown_topic_or_partition
             else:
                 known.append(tp)

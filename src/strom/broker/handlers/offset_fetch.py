@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from strom.coordinator.api import FetchedOffset
 from strom.coordinator.runtime import coordinator_for
 from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -21,14 +22,26 @@ MIN_VERSION = 1
 MAX_VERSION = 9
 
 
-def _fetch_group(broker: Broker, group_id: str, topics: Any) -> tuple[E, list[dict[str, Any]]]:
+def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: Any) -> tuple[E, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    acls = broker.acls
+    if not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return E.group_authorization_failed, []
     coord, error = coordinator_for(broker, group_id)
     if coord is None:
         fetched = [FetchedOffset(t, p, error=error) for t, p in (wanted or [])]
     else:
         fetched = coord.fetch_offsets(group_id, wanted)
         error = E.none
+    if acls.enabled:
+        # Asked for by name, a topic the principal may not describe answers TOPIC_AUTHORIZATION_FAILED;
+        # in an all-topics answer it is left out (Kafka's behaviour).
+        hidden = acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, {f.topic for f in fetched}, wanted is not None)
+        if hidden and wanted is None:
+            fetched = [f for f in fetched if f.topic not in hidden]
+        elif hidden:
+            fetched = [FetchedOffset(f.topic, f.partition, error=E.topic_authorization_failed) if f.topic in hidden
+                       else f for f in fetched]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for f in fetched:
         by_topic.setdefault(f.topic, []).append({
@@ -41,8 +54,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(broker, g.group_id, g.topics)
+            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
-    error, topics = _fetch_group(broker, request.group_id, request.topics)
+    error, topics = _fetch_group(broker, ctx, request.group_id, request.topics)
     return {"throttle_time": 0, "topics": topics, "error_code": error}

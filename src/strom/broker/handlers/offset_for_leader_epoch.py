@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.security.acl import AclOperation, ResourceType
+
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
@@ -18,12 +20,23 @@ API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
 
+TOPIC_AUTHORIZATION_FAILED = 29
+
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics = []
+    acls = broker.acls
+    if int(getattr(request, "replica_id", -1)) >= 0:  # a follower: a broker's right
+        denied = set() if acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION) else {t.topic for t in request.topics}
+    else:
+        denied = acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
+            if t.topic in denied:
+                parts.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "partition": p.partition, "leader_epoch": -1,
+                              "end_offset": -1})
+                continue
             plog, error, _ = broker.leader_log(t.topic, p.partition, getattr(p, "current_leader_epoch", -1))
             if plog is None:
                 parts.append({"error_code": error, "partition": p.partition, "leader_epoch": -1, "end_offset": -1})

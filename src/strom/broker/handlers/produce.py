@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.records.batch import BatchHeader, InvalidRecordBatch, iter_batches
 from strom.records.codec import null_key_indexes
+from strom.security.acl import AclOperation, ResourceType
 from strom.storage.producer_state import SequenceStatus
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 NOT_ENOUGH_REPLICAS = 19
 INVALID_RECORD = 87
+TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 _ERROR_BY_NAME = {"corrupt_message": CORRUPT_MESSAGE, "unsupported_for_message_format": UNSUPPORTED_FOR_MESSAGE_FORMAT}
 # Keyless records listed in a refusal's record_errors (the batch is refused whole either way).
@@ -137,11 +140,15 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     to_flush: list[PartitionLog] = []
     waits: list[tuple[Partition, int, dict[str, Any]]] = []
     responses = []
+    refused = _refused(broker, ctx, request) if broker.acls.enabled else {}
     for topic in request.topic_data:
         parts = []
         for pd in topic.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_result(pd.index, INVALID_REQUIRED_ACKS))
+                continue
+            if refused and (refusal := refused.get(topic.name)):
+                parts.append(_result(pd.index, refusal))
                 continue
             epoch = 0
             part = None
@@ -178,6 +185,18 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     for t in responses:
         broker.metrics.errors_in(API_KEY, t["partition_responses"])
     return response
+
+
+def _refused(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, int]:
+    """Topics this request may not write to, with the error: WRITE on the topic, and for a
+    transactional producer WRITE on its transactional id as well (Kafka's checks)."""
+    acls = broker.acls
+    names = [t.name for t in request.topic_data]
+    txn = getattr(request, "transactional_id", None)
+    if txn is not None and not acls.allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        return dict.fromkeys(names, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return dict.fromkeys(acls.denied(ctx, AclOperation.WRITE, ResourceType.TOPIC, names),
+                         TOPIC_AUTHORIZATION_FAILED)
 
 
 async def _wait_then(broker: Broker, logs: list[PartitionLog], waits: list[tuple[Partition, int, dict[str, Any]]],

@@ -1,0 +1,160 @@
+"""The broker's ACLs: the authorizer handlers ask (``allowed``), kept current from the ACL store, and
+the changes CreateAcls and DeleteAcls make. Without ``authorizer.class.name`` every request is
+allowed and the ACL APIs answer SECURITY_DISABLED, as in Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from strom.security.acl import (
+    CLUSTER_NAME,
+    VALID_OPERATIONS,
+    AclAuthorizer,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    ResourceType,
+)
+from strom.security.acl_store import AclStore, LocalAclStore, ZkAclStore
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+log = logging.getLogger("strom.security")
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+CONFIG_RESOURCE_TOPIC = 2  # DescribeConfigs' resource types: 2 topic, 4 broker, 8 broker logger
+audit = logging.getLogger("strom.audit")
+
+class AclManager:
+    def __init__(self, broker: Broker) -> None:
+        cfg = broker.config
+        self.broker = broker
+        self.authorizer: AclAuthorizer | None = None
+        if cfg.authorizer_class_name:
+            self.authorizer = AclAuthorizer(cfg.super_users, cfg.allow_everyone_if_no_acl_found)
+        self.store: AclStore
+        if broker.cluster is not None:
+            self.store = ZkAclStore(broker.cluster.store.zk)
+        else:
+            self.store = LocalAclStore(list(cfg.log_dirs)[0])
+        self._reloading: asyncio.Task[None] | None = None
+        self._reload_again = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.authorizer is not None
+
+    async def start(self) -> None:
+        if self.authorizer is None:
+            return
+        await self._reload()
+        if isinstance(self.store, ZkAclStore):
+            loop = asyncio.get_running_loop()
+            watch_store = self.store
+            def changed() -> None:  # kazoo's thread
+                loop.call_soon_threadsafe(self._schedule_reload)
+
+            await loop.run_in_executor(None, watch_store.watch, changed)
+        log.info("ACL authorizer on: %d ACLs, super users %s, allow.everyone.if.no.acl.found=%s",
+                 len(self.authorizer.bindings()), sorted(self.authorizer.super_users) or "none",
+                 str(self.authorizer.allow_if_none).lower())
+
+    def _schedule_reload(self) -> None:
+        if self._reloading is not None and not self._reloading.done():
+            self._reload_again = True  # a change came during a reload: one more after it
+            return
+        self._reloading = self.broker.spawn(self._reload_loop())
+
+    async def _reload_loop(self) -> None:
+        while True:
+            self._reload_again = False
+            try:
+                await self._reload()
+            except Exception:
+                log.exception("could not reload ACLs; keeping the ones loaded before")
+            if not self._reload_again:
+                return
+
+    async def _reload(self) -> None:
+        assert self.authorizer is not None
+        bindings = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
+        self.authorizer.set_bindings(bindings)
+
+    # ---- decisions (handlers) --------------------------------------------------------------------
+
+    def allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str,
+                audit_denial: bool = True) -> bool:
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        if authorizer.authorize(ctx.principal, ctx.client_host, operation, resource_type, name):
+            return True
+        if audit_denial:
+            audit.info("DENIED %s from %s: %s on %s:%s (api key %d v%d, client %s)", ctx.principal, ctx.client_host,
+                       operation.name, resource_type.name, name, ctx.api_key, ctx.api_version, ctx.client_id)
+        return False
+
+    def cluster_allowed(self, ctx: RequestContext, operation: AclOperation, audit_denial: bool = True) -> bool:
+        return self.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, audit_denial)
+
+    def denied(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+               names: Iterable[str], audit_denial: bool = True) -> set[str]:
+        """The names of ``names`` the request may not ``operation`` (none without an authorizer)."""
+        if self.authorizer is None:
+            return set()
+        return {n for n in set(names) if not self.allowed(ctx, operation, resource_type, n, audit_denial)}
+
+    def any_allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May the principal ``operation`` some resource of the type (Kafka's authorizeByResourceType:
+        an idempotent producer needs WRITE on some topic, or IDEMPOTENT_WRITE on the cluster)."""
+        authorizer = self.authorizer
+        return authorizer is None or authorizer.any_allowed(ctx.principal, ctx.client_host, operation, resource_type)
+
+    def config_resource_error(self, ctx: RequestContext, operation: AclOperation, resource_type: int,
+                              name: str) -> int:
+        """DescribeConfigs' and (Incremental)AlterConfigs' check of one config resource: the topic's
+        right for a topic (TOPIC_AUTHORIZATION_FAILED), the cluster's for a broker
+        (CLUSTER_AUTHORIZATION_FAILED); 0 when allowed."""
+        if self.authorizer is None:
+            return 0
+        if resource_type == CONFIG_RESOURCE_TOPIC:
+            return 0 if self.allowed(ctx, operation, ResourceType.TOPIC, name) else TOPIC_AUTHORIZATION_FAILED
+        return 0 if self.cluster_allowed(ctx, operation) else CLUSTER_AUTHORIZATION_FAILED
+
+    def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+        """Kafka's bit field of the operations allowed on a resource (Metadata, DescribeCluster,
+        DescribeGroups); every operation the type has when there is no authorizer."""
+        ops = VALID_OPERATIONS[resource_type] - {AclOperation.ALL}
+        if self.authorizer is not None:
+            ops = frozenset(op for op in ops if self.allowed(ctx, op, resource_type, name, audit_denial=False))
+        return sum(1 << int(op) for op in ops)
+
+    # ---- changes (CreateAcls, DeleteAcls) --------------------------------------------------------
+
+    async def create(self, bindings: Iterable[AclBinding]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.store.add, list(bindings))
+        await self._reload()  # this broker answers with them at once; the others follow the watch
+
+    async def delete(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """The bindings each filter matched, all of them removed."""
+        assert self.authorizer is not None
+        current = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
+        matched = [[b for b in sorted(current, key=_order) if f.matches(b)] for f in filters]
+        doomed = {b for m in matched for b in m}
+        if doomed:
+            await asyncio.get_running_loop().run_in_executor(None, self.store.remove, doomed)
+        await self._reload()
+        return matched
+
+    def describe(self, f: AclBindingFilter) -> list[AclBinding]:
+        assert self.authorizer is not None
+        return sorted((b for b in self.authorizer.bindings() if f.matches(b)), key=_order)
+
+
+def _order(b: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    return (b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host, b.operation, b.permission)
