@@ -110,16 +110,18 @@ def test_a_user_added_at_one_broker_logs_in_at_every_broker(secure_cluster: tupl
     cluster, root = secure_cluster
     first = cluster.brokers[1]
     admin = AdminClient({"bootstrap.servers": first.bootstrap})
-    up = UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"erin-secret")
-    admin.alter_user_scram_credentials([up])["erin"].result(30)
-    data, _ = cluster.zk.get("/config/users/erin")
-    assert "SCRAM-SHA-512" in json.loads(data)["config"]  # Kafka's znode and document
-    assert any(json.loads(cluster.zk.get(f"/config/changes/{n}")[0])["entity_path"] == "users/erin"
+    name = "erin@example.com"
+    up = UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"erin-secret")
+    admin.alter_user_scram_credentials([up])[name].result(30)
+    # Kafka's znode (the name URL-encoded, as Kafka's Sanitizer does) and document.
+    data, _ = cluster.zk.get("/config/users/erin%40example.com")
+    assert "SCRAM-SHA-512" in json.loads(data)["config"]
+    assert any(json.loads(cluster.zk.get(f"/config/changes/{n}")[0])["entity_path"] == "users/erin%40example.com"
                for n in cluster.zk.get_children("/config/changes"))
     for b in cluster.brokers.values():
         internal = next(item.split("//")[1] for item in b.overrides["listeners"].split(",")
                         if item.startswith("INTERNAL"))
         conf = {"bootstrap.servers": internal, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                "sasl.username": "erin", "sasl.password": "erin-secret", "ssl.ca.location": str(root / "ca.pem")}
+                "sasl.username": name, "sasl.password": "erin-secret", "ssl.ca.location": str(root / "ca.pem")}
         wait_until(lambda conf=conf: AdminClient(conf).list_topics(timeout=5).brokers, 20,
                    what=f"erin logged in at broker {b.overrides['broker.id']}")

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
-from strom.broker.context import RequestContext
+from strom.broker.context import QUOTA_EXEMPT, RequestContext
 from strom.protocol import splice, wire
 from strom.protocol.build import build
 from strom.protocol.splice import BlobSplicer
@@ -59,6 +59,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self._pending: collections.deque[_Slot] = collections.deque()
         self._paused = False
+        self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
         # Security: None on PLAINTEXT/SSL listeners; on a SASL listener the state of its login, and
         # until then frames are capped at sasl.server.max.receive.size.
@@ -173,7 +174,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(str(e))
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
-                             self.peer.rsplit(":", 1)[0], self.id, self.listener, self.principal_name, auth)
+                             self.peer.rsplit(":", 1)[0], self.id, self.listener, self.principal_name, auth,
+                             size=len(frame))
         started = self.broker.metrics.clock()
         try:
             result = handler.handle(self.broker, ctx, request)
@@ -208,12 +210,43 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if result is None:
             return None
         blobs: BlobSplicer | None = result.pop(splice.RESULT_KEY, None)
+        exempt = result.pop(QUOTA_EXEMPT, False)
         # Encoded from the dict itself: the same bytes as build() + encode_response, without
         # building the entities first (the larger cost for many-partition responses).
         frame = wire.encode_response_dict(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+        out: Outgoing = frame
         if blobs:
-            return blobs.splice(frame, compact=wire.response_class(ctx.api_key, ctx.api_version).__flexible__)
-        return frame
+            out = blobs.splice(frame, compact=wire.response_class(ctx.api_key, ctx.api_version).__flexible__)
+        quotas = self.broker.quotas
+        if quotas.active and not exempt:
+            size = len(frame) if blobs is None else sum(len(p) for p in cast(list[bytes], out))
+            now = self.broker.metrics.clock()
+            delay = quotas.throttle(ctx, size, now - started, now)
+            if delay > 0:
+                # The client is told how long to wait (KIP-219) and is not read from until then.
+                result["throttle_time"] = max(delay, int(result.get("throttle_time") or 0))
+                frame = wire.encode_response_dict(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+                out = frame if not blobs else blobs.splice(
+                    frame, compact=wire.response_class(ctx.api_key, ctx.api_version).__flexible__)
+                self._throttle(delay)
+        return out
+
+    def _throttle(self, delay_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + delay_ms / 1000
+        if until <= self._throttled_until:
+            return
+        self._throttled_until = until
+        if self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+        loop.call_at(until, self._unthrottle)
+
+    def _unthrottle(self) -> None:
+        if asyncio.get_running_loop().time() < self._throttled_until - 0.001:
+            return  # a later throttle extended it; its own call comes
+        self._throttled_until = 0.0
+        if not self._paused and self.transport is not None and not self._closed:
+            self.transport.resume_reading()
 
     def _raw_token(self, auth: SaslAuthenticator, frame: bytes | bytearray) -> None:
         """After a v0 SaslHandshake the tokens travel as bare size-prefixed frames."""
@@ -252,4 +285,5 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     transport.write(cast(bytes, data))
         if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self._closed:
             self._paused = False
-            transport.resume_reading()
+            if not self._throttled_until:
+                transport.resume_reading()

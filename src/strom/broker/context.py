@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from strom.security.authenticator import SaslAuthenticator
 
+# A handler sets this key in its result for a response no client quota counts (a follower's fetch,
+# as Kafka exempts replication); the connection removes it before encoding.
+QUOTA_EXEMPT = "_quota_exempt"
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
@@ -25,3 +29,4 @@ class RequestContext:
     principal: str = "User:ANONYMOUS"
     # The connection's SASL state on a SASL listener (SaslHandshake and SaslAuthenticate act on it).
     session: SaslAuthenticator | None = None
+    size: int = 0  # the request's frame, bytes (a produce's size counts against its byte-rate quota)

@@ -17,6 +17,7 @@ from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
+from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.coordinator.runtime import GroupCoordinatorRuntime
@@ -73,6 +74,7 @@ class Broker:
         self.maintenance = LogMaintenance(self)  # retention and the log cleaner
         self.config_admin = ConfigAdmin(self)
         self.acls = AclManager(self)  # authorizer.class.name: who may do what (strom.security.acl)
+        self.quotas = QuotaManager(self)  # client quotas: throttling (strom.security.quotas)
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
@@ -102,6 +104,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.connect()  # the metadata cache is loaded from ZooKeeper
         await self.acls.start()  # before the first request can come
+        await self.quotas.start()
         await loop.run_in_executor(None, self.log_manager.startup)
         self.topics.reconcile()
         if self.cluster is not None:

@@ -98,6 +98,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "cluster": "strom.cli.cluster:cluster",
     "acls": "strom.cli.acls:acls",
     "users": "strom.cli.users:users",
+    "quotas": "strom.cli.quotas:quotas",
     "bench": "strom.bench.cli:bench",
     "demo": "strom.demo.cli:demo",
     "dev-cluster": "strom.cli.dev_cluster:dev_cluster",

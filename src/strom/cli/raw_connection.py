@@ -19,6 +19,12 @@ class RawConnection:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def request(self, api_key: int, version: int, body: Any) -> Any:
         from strom.protocol import wire
 

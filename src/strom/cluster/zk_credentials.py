@@ -34,13 +34,15 @@ class ZkCredentialStore:
 
     def load(self) -> None:
         """Blocking: read every user once, without watches (a tool's one-off view)."""
-        for user in self.zk.get_children(zl.CONFIG_USERS):
+        for child in self.zk.get_children(zl.CONFIG_USERS):
+            user = zl.desanitize(child)
             data, _ = self.zk.get(zl.user_config_path(user))
             self._user_watch(user)(data, None)
 
     def _users_changed(self, children: list[str]) -> None:
+        users = {zl.desanitize(c) for c in children}  # znode names are URL-encoded, as in Kafka
         with self._lock:
-            new = set(children) - self._watched
+            new = users - self._watched
             self._watched |= new
         for user in new:
             self.zk.DataWatch(zl.user_config_path(user), self._user_watch(user))
@@ -74,8 +76,8 @@ class ZkCredentialStore:
             changes.setdefault(user, []).append((mechanism, credential))
         for user, items in changes.items():
             self._apply(user, items)
-            self.zk.create(f"{zl.CONFIG_CHANGES}/config_change_", zl.encode_config_change(f"users/{user}"),
-                           sequence=True)
+            self.zk.create(f"{zl.CONFIG_CHANGES}/config_change_",
+                           zl.encode_config_change(f"users/{zl.sanitize(user)}"), sequence=True)
 
     def _apply(self, user: str, items: list[tuple[str, ScramCredential | None]]) -> None:
         path = zl.user_config_path(user)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -81,8 +82,18 @@ def broker_config_path(resource_name: str) -> str:
     return f"{CONFIG_BROKERS}/{resource_name or DEFAULT_BROKER_CONFIG}"
 
 
+def sanitize(name: str) -> str:
+    """An entity name (user, client id) as a znode name, URL-encoded as Kafka's Sanitizer does;
+    <default> stays as it is."""
+    return name if name == DEFAULT_BROKER_CONFIG else urllib.parse.quote(name, safe="")
+
+
+def desanitize(name: str) -> str:
+    return name if name == DEFAULT_BROKER_CONFIG else urllib.parse.unquote(name)
+
+
 def user_config_path(user: str) -> str:
-    return f"{CONFIG_USERS}/{user}"
+    return f"{CONFIG_USERS}/{sanitize(user)}"
 
 
 def encode_config_change(entity_path: str) -> bytes:

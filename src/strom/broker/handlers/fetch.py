@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.context import QUOTA_EXEMPT
 from strom.protocol import splice
 from strom.protocol.splice import BlobSplicer
 from strom.security.acl import AclOperation, ResourceType
@@ -107,17 +108,20 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     """Answers at once when data (or an error) is there; otherwise returns the long-poll to await."""
     version = ctx.api_version
     topics = _resolve_topics(broker, request, version)
+    cap = broker.quotas.fetch_cap(ctx) if broker.quotas.active and _replica_id(request) < 0 else None
     if broker.acls.enabled:
         topics, refused = _authorize(broker, ctx, topics, _replica_id(request), version)
         if refused:
             # An error answers at once, as in Kafka: no long-poll on the rest.
-            return _with_refused(_serve(broker, request, topics, version, at_once=True), refused)
-    return _serve(broker, request, topics, version)
+            return _with_refused(_serve(broker, request, topics, version, at_once=True, cap=cap), refused)
+    return _serve(broker, request, topics, version, cap=cap)
 
 
 def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-           version: int, at_once: bool = False) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+           version: int, at_once: bool = False, cap: int | None = None) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    if cap is not None:  # a consumer byte-rate quota (the first batch still goes out whole: KIP-74)
+        max_bytes = min(max_bytes, cap)
     replica_id = _replica_id(request)
     responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
@@ -204,4 +208,4 @@ def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any
         for entry in topic["partitions"]:
             entry["records"] = blobs.hold(entry["records"])
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses,
-            splice.RESULT_KEY: blobs}
+            splice.RESULT_KEY: blobs, QUOTA_EXEMPT: replica_id >= 0}

@@ -1,0 +1,112 @@
+"""The broker's client quotas: what each response costs its client (bytes produced, bytes fetched,
+request-handling time), measured per quota entity, and how long the client must wait
+(throttle_time_ms in the response, and its connection left unread that long: KIP-219). Quotas
+come from the quota store and change through AlterClientQuotas."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from strom.security.quota_store import Change, LocalQuotaStore, QuotaStore, ZkQuotaStore
+from strom.security.quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    QuotaBucket,
+    QuotaEntity,
+    resolve,
+)
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+log = logging.getLogger("strom.quotas")
+
+PRODUCE, FETCH = 0, 1
+
+
+class QuotaManager:
+    def __init__(self, broker: Broker) -> None:
+        cfg = broker.config
+        self.broker = broker
+        self.samples = int(str(cfg.get("quota.window.num")))
+        self.window_s = float(str(cfg.get("quota.window.size.seconds")))
+        # A client may send this many seconds of its quota at once (Kafka measures a first burst over
+        # quota.window.num - 1 windows); a throttle is never longer than the whole window.
+        self.burst_s = max(1, self.samples - 1) * self.window_s
+        self.max_throttle_ms = self.samples * self.window_s * 1000
+        self.quotas: dict[QuotaEntity, dict[str, float]] = {}
+        self._buckets: dict[tuple[str, QuotaEntity], QuotaBucket] = {}
+        self.store: QuotaStore = (ZkQuotaStore(broker.cluster.store.zk) if broker.cluster is not None
+                                  else LocalQuotaStore(list(cfg.log_dirs)[0]))
+        self._reloading: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.quotas)
+
+    async def start(self) -> None:
+        await self._reload()
+        if isinstance(self.store, ZkQuotaStore):
+            loop = asyncio.get_running_loop()
+            zk_store = self.store
+
+            def changed() -> None:  # kazoo's thread
+                loop.call_soon_threadsafe(self._schedule_reload)
+
+            await loop.run_in_executor(None, zk_store.watch, changed)
+        if self.quotas:
+            log.info("client quotas: %d entities", len(self.quotas))
+
+    def _schedule_reload(self) -> None:
+        if self._reloading is None or self._reloading.done():
+            self._reloading = self.broker.spawn(self._reload_logged())
+
+    async def _reload_logged(self) -> None:
+        try:
+            await self._reload()
+        except Exception:
+            log.exception("could not reload client quotas; keeping the ones loaded before")
+
+    async def _reload(self) -> None:
+        self.quotas = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
+
+    async def alter(self, changes: Iterable[Change]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.store.alter, list(changes))
+        await self._reload()
+
+    # ---- the cost of one response ----------------------------------------------------------------
+
+    def throttle(self, ctx: RequestContext, response_bytes: int, handler_s: float, now: float) -> int:
+        """Milliseconds the client must wait after this response (0: none), having recorded its cost
+        against every quota that applies to it."""
+        user = ctx.principal.partition(":")[2]
+        client_id = ctx.client_id or ""
+        delay = 0
+        if ctx.api_key == PRODUCE:
+            delay = self._record(PRODUCER_BYTE_RATE, user, client_id, ctx.size, 1.0, now)
+        elif ctx.api_key == FETCH:
+            delay = self._record(CONSUMER_BYTE_RATE, user, client_id, response_bytes, 1.0, now)
+        # request_percentage: the share of one handler thread, as milliseconds per second / 10.
+        return max(delay, self._record(REQUEST_PERCENTAGE, user, client_id, handler_s * 1000, 10.0, now))
+
+    def fetch_cap(self, ctx: RequestContext) -> int | None:
+        """The most a consumer under a byte-rate quota may be sent in one Fetch: one window of its
+        quota, as Kafka caps it (a larger answer would only be throttled away)."""
+        found = resolve(self.quotas, ctx.principal.partition(":")[2], ctx.client_id or "", CONSUMER_BYTE_RATE)
+        return None if found is None else max(1, int(found[1] * self.window_s))
+
+    def _record(self, key: str, user: str, client_id: str, value: float, unit: float, now: float) -> int:
+        found = resolve(self.quotas, user, client_id, key)
+        if found is None:
+            return 0
+        entity, bound = found
+        rate = bound * unit
+        bucket = self._buckets.get((key, entity))
+        if bucket is None or bucket.rate != rate:  # new, or its quota changed
+            bucket = self._buckets[(key, entity)] = QuotaBucket(rate, rate * self.burst_s, now)
+        return int(min(bucket.take(value, now) * 1000, self.max_throttle_ms))
