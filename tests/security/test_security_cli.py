@@ -66,6 +66,21 @@ def test_users_commands_and_secured_cli_and_bench(certs: Certs, tmp_path: Path) 
                   *_sasl_ssl(b, certs, "frank", "frank-secret", java_style=True))
         assert r.returncode == 0 and json.loads(r.stdout)["records"]["received"] == 2000, r.stderr
 
+        # Commands that speak the protocol themselves (no client library has their APIs) log in too:
+        # quotas, and the partition sizes of topics describe (DescribeLogDirs).
+        secured = _sasl_ssl(b, certs, "frank", "frank-secret")
+        r = strom("quotas", "alter", "--user", "frank", "--add-config", "producer_byte_rate=1048576", *secured)
+        assert r.returncode == 0, r.stderr
+        r = strom("quotas", "describe", "--user", "frank", "--json", *secured)
+        assert r.returncode == 0 and "1048576" in r.stdout, r.stderr
+        r = strom("topics", "describe", "secured-cli", "--json", *secured)
+        assert r.returncode == 0, r.stderr
+        described = json.loads(r.stdout)
+        described = described[0] if isinstance(described, list) else described
+        assert any(p.get("size_bytes") for p in described["partitions"]), r.stdout
+        r = strom("quotas", "describe", "--user", "frank", *_sasl_ssl(b, certs, "frank", "wrong"))
+        assert r.returncode == 1 and "SASL authentication failed" in r.stderr, r.stderr
+
         # The credentials are the broker's: they survive a restart (single broker: a file in log.dirs).
         b.proc.restart()
         r = strom("topics", "list", *_sasl_ssl(b, certs, "frank", "frank-secret"))

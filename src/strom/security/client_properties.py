@@ -14,10 +14,13 @@ nothing else, and says so if the file is not PEM).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
 from strom.security import jaas
+from strom.security.client import PLAINTEXT_CLIENT, ClientSecurity
+from strom.security.sasl_server import SUPPORTED_MECHANISMS
 
 _JAVA_ONLY = ("sasl.jaas.config", "ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
               "ssl.keystore.type", "ssl.truststore.password", "ssl.keystore.password")
@@ -46,3 +49,33 @@ def librdkafka_properties(props: Mapping[str, Any]) -> dict[str, Any]:
     if str(props.get("ssl.endpoint.identification.algorithm", "x")) == "":
         out["ssl.endpoint.identification.algorithm"] = "none"
     return out
+
+
+def client_security(props: Mapping[str, Any]) -> ClientSecurity:
+    """The TLS context and SASL login librdkafka-style properties describe, for strom's own raw
+    connections (the CLI's requests no client library has). ValueError names what cannot be used."""
+    props = librdkafka_properties(props)
+    protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise ValueError(f"security.protocol: unknown protocol {protocol}")
+    if protocol == "PLAINTEXT":
+        return PLAINTEXT_CLIENT
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=props.get("ssl.ca.location"))
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+            context.check_hostname = False
+        if props.get("ssl.certificate.location"):
+            password = props.get("ssl.key.password")
+            context.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location"),
+                                    password=lambda: str(password or "").encode())
+    if not protocol.startswith("SASL_"):
+        return ClientSecurity(protocol, context)
+    mechanism = str(props.get("sasl.mechanism", "GSSAPI")).upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ValueError(f"sasl.mechanism: {mechanism} is not supported here (use {', '.join(SUPPORTED_MECHANISMS)})")
+    user, password = props.get("sasl.username"), props.get("sasl.password")
+    if user is None or password is None:
+        raise ValueError("sasl.username and sasl.password are needed")
+    return ClientSecurity(protocol, context, mechanism, str(user), str(password))
