@@ -9,6 +9,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from strom.broker.reloader import Reloader
 from strom.security.acl import (
     CLUSTER_NAME,
     VALID_OPERATIONS,
@@ -42,8 +43,7 @@ class AclManager:
             self.store = ZkAclStore(broker.cluster.store.zk)
         else:
             self.store = LocalAclStore(list(cfg.log_dirs)[0])
-        self._reloading: asyncio.Task[None] | None = None
-        self._reload_again = False
+        self._reloader = Reloader("ACLs", self.store.load, self._apply, broker.spawn)
 
     @property
     def enabled(self) -> bool:
@@ -52,37 +52,15 @@ class AclManager:
     async def start(self) -> None:
         if self.authorizer is None:
             return
-        await self._reload()
+        await self._reloader.reload()
         if isinstance(self.store, ZkAclStore):
-            loop = asyncio.get_running_loop()
-            watch_store = self.store
-            def changed() -> None:  # kazoo's thread
-                loop.call_soon_threadsafe(self._schedule_reload)
-
-            await loop.run_in_executor(None, watch_store.watch, changed)
+            await asyncio.get_running_loop().run_in_executor(None, self.store.watch, self._reloader.on_change())
         log.info("ACL authorizer on: %d ACLs, super users %s, allow.everyone.if.no.acl.found=%s",
                  len(self.authorizer.bindings()), sorted(self.authorizer.super_users) or "none",
                  str(self.authorizer.allow_if_none).lower())
 
-    def _schedule_reload(self) -> None:
-        if self._reloading is not None and not self._reloading.done():
-            self._reload_again = True  # a change came during a reload: one more after it
-            return
-        self._reloading = self.broker.spawn(self._reload_loop())
-
-    async def _reload_loop(self) -> None:
-        while True:
-            self._reload_again = False
-            try:
-                await self._reload()
-            except Exception:
-                log.exception("could not reload ACLs; keeping the ones loaded before")
-            if not self._reload_again:
-                return
-
-    async def _reload(self) -> None:
+    def _apply(self, bindings: set[AclBinding]) -> None:
         assert self.authorizer is not None
-        bindings = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
         self.authorizer.set_bindings(bindings)
 
     # ---- decisions (handlers) --------------------------------------------------------------------
@@ -138,7 +116,7 @@ class AclManager:
 
     async def create(self, bindings: Iterable[AclBinding]) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.store.add, list(bindings))
-        await self._reload()  # this broker answers with them at once; the others follow the watch
+        await self._reloader.reload()  # this broker answers with them at once; the others follow the watch
 
     async def delete(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
         """The bindings each filter matched, all of them removed."""
@@ -148,7 +126,7 @@ class AclManager:
         doomed = {b for m in matched for b in m}
         if doomed:
             await asyncio.get_running_loop().run_in_executor(None, self.store.remove, doomed)
-        await self._reload()
+        await self._reloader.reload()
         return matched
 
     def describe(self, f: AclBindingFilter) -> list[AclBinding]:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from strom.broker.reloader import Reloader
 from strom.security.quota_store import Change, LocalQuotaStore, QuotaStore, ZkQuotaStore
 from strom.security.quotas import (
     CONSUMER_BYTE_RATE,
@@ -43,41 +44,25 @@ class QuotaManager:
         self._buckets: dict[tuple[str, QuotaEntity], QuotaBucket] = {}
         self.store: QuotaStore = (ZkQuotaStore(broker.cluster.store.zk) if broker.cluster is not None
                                   else LocalQuotaStore(list(cfg.log_dirs)[0]))
-        self._reloading: asyncio.Task[None] | None = None
+        self._reloader = Reloader("client quotas", self.store.load, self._apply, broker.spawn)
 
     @property
     def active(self) -> bool:
         return bool(self.quotas)
 
     async def start(self) -> None:
-        await self._reload()
+        await self._reloader.reload()
         if isinstance(self.store, ZkQuotaStore):
-            loop = asyncio.get_running_loop()
-            zk_store = self.store
-
-            def changed() -> None:  # kazoo's thread
-                loop.call_soon_threadsafe(self._schedule_reload)
-
-            await loop.run_in_executor(None, zk_store.watch, changed)
+            await asyncio.get_running_loop().run_in_executor(None, self.store.watch, self._reloader.on_change())
         if self.quotas:
             log.info("client quotas: %d entities", len(self.quotas))
 
-    def _schedule_reload(self) -> None:
-        if self._reloading is None or self._reloading.done():
-            self._reloading = self.broker.spawn(self._reload_logged())
-
-    async def _reload_logged(self) -> None:
-        try:
-            await self._reload()
-        except Exception:
-            log.exception("could not reload client quotas; keeping the ones loaded before")
-
-    async def _reload(self) -> None:
-        self.quotas = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
+    def _apply(self, quotas: dict[QuotaEntity, dict[str, float]]) -> None:
+        self.quotas = quotas
 
     async def alter(self, changes: Iterable[Change]) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.store.alter, list(changes))
-        await self._reload()
+        await self._reloader.reload()
 
     # ---- the cost of one response ----------------------------------------------------------------
 
