@@ -206,13 +206,16 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
-    from strom.cluster.zk_store import ZooKeeperUnavailable
+    zk_errors: tuple[type[Exception], ...] = ()
+    if config.zookeeper_connect:  # kazoo only for a broker of a cluster (~50 ms of a broker's start)
+        from strom.cluster.zk_store import ZooKeeperUnavailable
 
+        zk_errors = (ZooKeeperUnavailable,)
     broker = Broker(config)
     if setup is not None:
         setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
     try:
         runner(broker.serve_forever())
-    except ZooKeeperUnavailable as e:
+    except zk_errors as e:
         log.error("zookeeper.connect: %s", e)
         raise SystemExit(2) from None
