@@ -6,7 +6,7 @@
    printed are the broker's start (until it serves), the produce, the group's first record. Twice
    in one run: brokers started as fresh subprocesses (STROM_TESTING_FORK_SERVER=0), then forked
    from the fork server, whose first broker (a cold start: it starts the server) is shown apart
-   from the warm ones after it.
+   from the warm ones after it. Then restart() and restart(hard=True), each way.
 2. The strom_topic fixture: a temporary pytest project with N tests that take ``strom_topic`` and N
    that take only ``strom_broker`` (the session broker), run in a pytest subprocess; a plugin in the
    project notes each test's setup time. The fixture's cost is the difference of the medians.
@@ -76,6 +76,25 @@ def first_record(runs: int, fork_server: bool) -> None:
         print(f"  {name:14} {statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})")
 
 
+def restarts(times: int, fork_server: bool) -> None:
+    from strom.testing import EmbeddedBroker
+
+    os.environ["STROM_TESTING_FORK_SERVER"] = "1" if fork_server else "0"
+    with EmbeddedBroker() as broker:
+        broker.create_topic("kept", partitions=3)
+        broker.produce("kept", [(b"%d" % i, b"v") for i in range(30)])
+        took: dict[bool, list[float]] = {False: [], True: []}
+        for hard in (False, True):
+            for _ in range(times):
+                t0 = time.perf_counter()
+                broker.restart(hard=hard)
+                took[hard].append(time.perf_counter() - t0)
+        assert len(broker.records("kept")) == 30
+    print(f"restart() / restart(hard=True), {times} each, 3 partitions "
+          f"({'forked' if fork_server else 'subprocess'}; median, min-max): "
+          + " / ".join(f"{statistics.median(v):.3f} s ({min(v):.3f}-{max(v):.3f})" for v in took.values()))
+
+
 PLUGIN = '''
 import json, os, pytest
 
@@ -139,6 +158,8 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     first_record(args.runs + 1, fork_server=True)
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    restarts(5, fork_server=False)
+    restarts(5, fork_server=True)
     topic_fixture(args.tests)
     print(f"load average {os.getloadavg()[0]:.2f} at end")
 
