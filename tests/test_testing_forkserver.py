@@ -108,6 +108,21 @@ def test_the_environment_and_directory_of_the_moment_reach_the_child(
     child.stdout.close()
 
 
+def test_the_directory_the_server_started_in_may_go(own_server: None, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    with EmbeddedBroker() as first:  # starts the server here
+        assert isinstance(first._proc, ForkedProcess)
+    monkeypatch.chdir(tmp_path)
+    gone.rmdir()
+    with EmbeddedBroker() as second:
+        assert isinstance(second._proc, ForkedProcess) and second.pid is not None
+        assert Path(f"/proc/{second.pid}/cwd").resolve() == tmp_path.resolve()
+        assert second.produce("t", [b"x"]) == [(0, 0)]
+
+
 def test_a_variable_read_at_the_interpreters_start_means_a_subprocess(
         own_server: None, monkeypatch: pytest.MonkeyPatch) -> None:
     with EmbeddedBroker() as warm:

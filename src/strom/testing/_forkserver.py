@@ -349,6 +349,10 @@ def _preload() -> list[str]:
 class _Server:
     def __init__(self, parent: int, sock: socket.socket) -> None:
         self.sock = sock
+        # Where it was started (what `python -m` put first in sys.path); it then waits in / so that
+        # a directory removed meanwhile cannot trouble the children it forks.
+        self.launch_cwd = os.getcwd()
+        os.chdir("/")
         self.parent_pidfd = os.pidfd_open(parent)
         if os.getppid() != parent:  # the test process died before we could watch it
             raise SystemExit(0)
@@ -400,6 +404,10 @@ class _Server:
             try:
                 self._become_child(request, out_w, status)
             except BaseException:
+                import traceback
+
+                traceback.print_exc()  # into the broker's output once it is set up, for its last words
+                sys.stderr.flush()
                 os._exit(70)
             return True
         os.close(out_w)
@@ -425,13 +433,11 @@ class _Server:
             other.close()
         self.children.clear()
         # The environment and the working directory of the moment the test process asked.
-        server_cwd = os.getcwd()
         os.environ.clear()
         os.environ.update(request["env"])
-        if request["cwd"] != server_cwd:
-            os.chdir(request["cwd"])
-            if sys.path and sys.path[0] == server_cwd:  # what `python -m` put first
-                sys.path[0] = request["cwd"]
+        os.chdir(request["cwd"])
+        if sys.path and sys.path[0] == self.launch_cwd:  # what `python -m` put first
+            sys.path[0] = request["cwd"]
         tempfile.tempdir = None  # found again from TMPDIR & co. when asked
         import gc
 
