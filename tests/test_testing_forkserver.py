@@ -222,18 +222,23 @@ def test_brokers_left_running_and_the_server_go_at_exit(tmp_path: Path) -> None:
     assert not any(Path(d).exists() for d in started["dirs"])
 
 
-def test_a_failed_server_means_subprocesses(own_server: None) -> None:
+def test_a_failed_server_means_subprocesses(own_server: None, caplog: pytest.LogCaptureFixture) -> None:
     with EmbeddedBroker() as forked:
         server = _forkserver._server
         assert server is not None and isinstance(forked._proc, ForkedProcess) and forked.pid is not None
         server.proc.kill()
         server.proc.wait()
         assert wait_gone([forked.pid], 10) == []  # its brokers go with it (PR_SET_PDEATHSIG)
-        with pytest.warns(RuntimeWarning, match="brokers start as subprocesses from now on"):
+        with caplog.at_level("WARNING", logger="strom.testing"):
             broker = EmbeddedBroker().start()
         try:
             assert isinstance(broker._proc, subprocess.Popen)
             assert broker.produce("t", [b"x"]) == [(0, 0)]
+            [record] = caplog.records
+            assert "the fork server failed, brokers start as subprocesses from now on" in record.getMessage()
+            with EmbeddedBroker() as later:  # said once
+                assert isinstance(later._proc, subprocess.Popen)
+            assert len(caplog.records) == 1
         finally:
             broker.stop()
     assert _forkserver._server is None

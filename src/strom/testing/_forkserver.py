@@ -257,16 +257,17 @@ def _forget_in_fork() -> None:
 os.register_at_fork(after_in_child=_forget_in_fork)
 
 
-def get(env: Mapping[str, str]) -> ForkServer:
-    """This process's fork server, started on first use with ``env``; ForkServerError if it cannot run."""
+def get(env: Mapping[str, str]) -> ForkServer | None:
+    """This process's fork server, started on first use with ``env``: None where there is none (no
+    pidfds: not Linux), or since it failed; ForkServerError when it fails to start now."""
     global _server, _server_error
     with _server_lock:
         if _server_error is not None:
-            raise ForkServerError(_server_error)
+            return None
         if _server is None:
             if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
                 _server_error = "needs Linux's pidfds"
-                raise ForkServerError(_server_error)
+                return None
             try:
                 _server = ForkServer(env)
             except (OSError, ForkServerError) as e:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -24,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +34,8 @@ from typing import Any
 
 from strom.testing import _forkserver
 from strom.testing._forkserver import ForkedProcess
+
+log = logging.getLogger("strom.testing")
 
 CONTROL_ENV = "STROM_TESTING_CONTROL"  # strom.broker.faults.ENV (not imported: it loads the broker)
 _READY = re.compile(r"ready: listening on .*\(port (\d+)")
@@ -215,12 +217,12 @@ class EmbeddedBroker:
                 # Started with the environment of this moment; a later broker whose environment
                 # differs where a fork cannot apply it any more starts as a subprocess.
                 server = _forkserver.get({k: v for k, v in env.items() if k != CONTROL_ENV})
-                if server.compatible(env):
+                if server is not None and server.compatible(env):
                     return server.spawn(args, env)
             except _forkserver.ForkServerError as e:
                 _forkserver.discard(str(e))
-                warnings.warn(f"strom.testing: brokers start as subprocesses from now on: {e}", RuntimeWarning,
-                              stacklevel=4)
+                # Logged, not warned: under -W error a warning would fail the start it falls back from.
+                log.warning("the fork server failed, brokers start as subprocesses from now on: %s", e)
         # A session of its own: the terminal's Ctrl-C goes to pytest, which stops the broker.
         return subprocess.Popen([sys.executable, "-m", "strom.testing._broker_main", *args], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
