@@ -235,9 +235,13 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
-    from strom.cluster.zk_store import ZooKeeperUnavailable
     from strom.config import ConfigError
 
+    zk_errors: tuple[type[Exception], ...] = ()
+    if config.zookeeper_connect:  # kazoo only for a broker of a cluster (~50 ms of a broker's start)
+        from strom.cluster.zk_store import ZooKeeperUnavailable
+
+        zk_errors = (ZooKeeperUnavailable,)
     try:
         broker = Broker(config)
     except ConfigError as e:
@@ -247,6 +251,6 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
     try:
         runner(broker.serve_forever())
-    except ZooKeeperUnavailable as e:
+    except zk_errors as e:
         log.error("zookeeper.connect: %s", e)
         raise SystemExit(2) from None
