@@ -244,11 +244,11 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         zk_errors = (ZooKeeperUnavailable,)
     try:
         broker = Broker(config)
+        if setup is not None:
+            setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
     except ConfigError as e:
         print(f"strom: {e}", file=sys.stderr, flush=True)  # one line naming the key, as for a bad file
         raise SystemExit(2) from None
-    if setup is not None:
-        setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
     try:
         runner(broker.serve_forever())
     except zk_errors as e:
