@@ -21,12 +21,14 @@ MIN_VERSION = 2
 MAX_VERSION = 9
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord, coord_error = coordinator_for(broker, request.group_id)
+def sort_partitions(broker: Broker, coord: Any, coord_error: E, request_topics: Any
+                    ) -> tuple[list[OffsetCommitPartition], dict[tuple[str, int], E], list[tuple[str, int]]]:
+    """The partitions to commit, the errors of the others, and the request's order (shared with
+    TxnOffsetCommit)."""
     known: list[OffsetCommitPartition] = []
     errors: dict[tuple[str, int], E] = {}
     order: list[tuple[str, int]] = []
-    for t in request.topics:
+    for t in request_topics:
         topic = broker.metadata.get_topic(t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
@@ -38,12 +40,22 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             else:
                 known.append(OffsetCommitPartition(t.name, p.partition_index, p.committed_offset,
                                                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    return known, errors, order
+
+
+def response_topics(order: list[tuple[str, int]], errors: dict[tuple[str, int], E]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for name, partition in order:
+        topics.setdefault(name, []).append({"partition_index": partition, "error_code": errors[(name, partition)]})
+    return [{"name": n, "partitions": ps} for n, ps in topics.items()]
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord, coord_error = coordinator_for(broker, request.group_id)
+    known, errors, order = sort_partitions(broker, coord, coord_error, request.topics)
     if coord is not None and known:
         req = OffsetCommitRequestData(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
                                       request.generation_id_or_member_epoch, known)
         results: list[PartitionError] = await coord.commit_offsets(req)
         errors.update({(r.topic, r.partition): r.error for r in results})
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for name, partition in order:
-        topics.setdefault(name, []).append({"partition_index": partition, "error_code": errors[(name, partition)]})
-    return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+    return {"throttle_time": 0, "topics": response_topics(order, errors)}

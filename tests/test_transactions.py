@@ -1,0 +1,154 @@
+"""Transactions end to end against a real broker: committed records visible, aborted ones hidden
+from read_committed consumers of confluent-kafka, kafka-python and aiokafka (and shown to
+read_uncommitted ones), a read_committed reader stalling at an open transaction, zombie fencing,
+and the coordinator aborting a transaction past its timeout."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from brokerproc import BrokerProcess
+from confluent_kafka import KafkaException, Producer
+from helpers import create_topics, wait_until
+from txn_helpers import (
+    TXN_BROKER,
+    aiokafka_values,
+    confluent_values,
+    kafka_python_end_offsets,
+    kafka_python_values,
+    txn_producer,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("txn") / "data", overrides=TXN_BROKER).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def mixed_topic(txn_broker: BrokerProcess) -> str:
+    """Two partitions holding, in order: a committed transaction, an aborted one, plain records,
+    another aborted one, a committed one."""
+    bs = txn_broker.bootstrap
+    topic = "mixed"
+    create_topics(bs, {topic: 2})
+    producer = txn_producer(bs, "mixed-writer")
+    plain = Producer({"bootstrap.servers": bs})
+    for round_, commit in enumerate([True, False, None, False, True]):
+        if commit is None:
+            for i in range(4):
+                plain.produce(topic, value=b"plain-%d" % i, partition=i % 2)
+            assert plain.flush(10) == 0
+            continue
+        producer.begin_transaction()
+        for i in range(6):
+            producer.produce(topic, value=b"%s-%d-%d" % (b"commit" if commit else b"abort", round_, i),
+                             partition=i % 2)
+        assert producer.flush(10) == 0  # in the log before the abort (abort_transaction drops unsent records)
+        if commit:
+            producer.commit_transaction(20)
+        else:
+            producer.abort_transaction(20)
+    return topic
+
+
+def _expected(mixed: list[bytes], committed_only: bool) -> list[bytes]:
+    return [v for v in mixed if not (committed_only and v.startswith(b"abort"))]
+
+
+def test_aborted_hidden_from_read_committed(txn_broker: BrokerProcess, mixed_topic: str) -> None:
+    bs = txn_broker.bootstrap
+    everything = confluent_values(bs, mixed_topic, 2, "read_uncommitted", expect=28)
+    assert len(everything) == 28 and sum(v.startswith(b"abort") for v in everything) == 12
+    committed = confluent_values(bs, mixed_topic, 2, "read_committed", expect=16)
+    assert committed == _expected(everything, True)
+    assert kafka_python_values(bs, mixed_topic, 2, "read_committed") == committed
+    assert kafka_python_values(bs, mixed_topic, 2, "read_uncommitted") == everything
+    assert aiokafka_values(bs, mixed_topic, 2, "read_committed") == committed
+    assert aiokafka_values(bs, mixed_topic, 2, "read_uncommitted") == everything
+
+
+def test_read_committed_stalls_at_open_transaction(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    topic = "stall"
+    create_topics(bs, {topic: 1})
+    plain = Producer({"bootstrap.servers": bs})
+    plain.produce(topic, value=b"before")
+    assert plain.flush(10) == 0
+    producer = txn_producer(bs, "staller")
+    producer.begin_transaction()
+    producer.produce(topic, value=b"in-txn")
+    assert producer.flush(10) == 0
+    plain.produce(topic, value=b"after")  # behind the open transaction: not readable yet
+    assert plain.flush(10) == 0
+    assert confluent_values(bs, topic, 1, "read_committed", quiet_s=1.5) == [b"before"]
+    assert kafka_python_end_offsets(bs, topic, 1, "read_committed") == {0: 1}  # the LSO
+    assert kafka_python_end_offsets(bs, topic, 1, "read_uncommitted") == {0: 3}  # the high watermark
+    producer.commit_transaction(20)
+    assert confluent_values(bs, topic, 1, "read_committed", expect=3) == [b"before", b"in-txn", b"after"]
+    assert kafka_python_end_offsets(bs, topic, 1, "read_committed") == {0: 4}  # after the marker
+
+
+def test_zombie_fenced(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    topic = "zombies"
+    create_topics(bs, {topic: 1})
+    old = txn_producer(bs, "worker-1")
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie")
+    assert old.flush(10) == 0
+    new = txn_producer(bs, "worker-1")  # a new instance: fences the old one and aborts its transaction
+    new.begin_transaction()
+    new.produce(topic, value=b"fresh")
+    new.commit_transaction(20)
+    with pytest.raises(KafkaException) as info:
+        old.produce(topic, value=b"late")
+        old.flush(5)
+        old.commit_transaction(10)
+    assert info.value.args[0].fatal() or "fenced" in str(info.value).lower(), info.value
+    assert confluent_values(bs, topic, 1, "read_committed") == [b"fresh"]
+    assert b"zombie" in confluent_values(bs, topic, 1, "read_uncommitted")
+
+
+def test_timed_out_transaction_aborted(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    topic = "timeouts"
+    create_topics(bs, {topic: 1})
+    producer = txn_producer(bs, "slowpoke", **{"transaction.timeout.ms": 1500})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"forgotten")
+    assert producer.flush(10) == 0
+    plain = Producer({"bootstrap.servers": bs})
+    plain.produce(topic, value=b"later")
+    assert plain.flush(10) == 0
+    started = time.monotonic()
+    # The coordinator aborts it: the LSO moves past the marker and "later" becomes readable.
+    wait_until(lambda: kafka_python_end_offsets(bs, topic, 1, "read_committed") == {0: 3}, 15,
+               what="the timed-out transaction aborted")
+    assert time.monotonic() - started < 10
+    assert confluent_values(bs, topic, 1, "read_committed") == [b"later"]
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)  # fenced by the abort's epoch bump
+
+
+def test_invalid_transaction_timeout(txn_broker: BrokerProcess) -> None:
+    producer = Producer({"bootstrap.servers": txn_broker.bootstrap, "transactional.id": "too-long",
+                         "transaction.timeout.ms": 900_001})
+    with pytest.raises(KafkaException) as info:
+        producer.init_transactions(10)
+    assert "timeout" in str(info.value).lower()
+
+
+def test_txnindex_on_disk(txn_broker: BrokerProcess, mixed_topic: str) -> None:
+    part = Path(txn_broker.data_dir) / f"{mixed_topic}-0"
+    files = list(part.glob("*.txnindex"))
+    assert files and files[0].stat().st_size == 2 * 34  # two aborted transactions, Kafka's entry size
