@@ -24,14 +24,14 @@ def txn_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Produce
 def confluent_values(bootstrap: str, topic: str, partitions: int, isolation: str, quiet_s: float = 1.0,
                      timeout_s: float = 20.0, expect: int | None = None) -> list[bytes]:
     """Every value from the start of the topic, read until ``expect`` values (or nothing new for
-    ``quiet_s``), in partition then offset order."""
+    ``quiet_s`` once the first fetches had time to answer), in partition then offset order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
                          "isolation.level": isolation, "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got: list[tuple[int, int, bytes]] = []
         deadline = time.monotonic() + timeout_s
-        last_new = time.monotonic()
+        last_new = time.monotonic() + 2.0  # connecting and the first fetch are not "quiet"
         while time.monotonic() < deadline:
             msgs = consumer.consume(num_messages=500, timeout=0.2)
             for m in msgs:
@@ -91,7 +91,7 @@ def aiokafka_values(bootstrap: str, topic: str, partitions: int, isolation: str,
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             got: list[tuple[int, int, bytes]] = []
-            last_new = time.monotonic()
+            last_new = time.monotonic() + 2.0
             while time.monotonic() - last_new < quiet_s:
                 batches = await consumer.getmany(timeout_ms=200)
                 for recs in batches.values():

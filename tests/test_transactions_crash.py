@@ -1,0 +1,164 @@
+"""Exactly once under crashes: a consume-transform-produce worker (confluent-kafka, offsets sent
+with the transaction) SIGKILLed at random points, and the broker SIGKILLed under it; then each
+input's transform is in the output exactly once for read_committed readers. And a broker SIGKILLed
+with transactions committed, aborted and open restarts consistent, with nothing open forever."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from brokerproc import BrokerProcess
+from confluent_kafka import Producer
+from helpers import create_topics, wait_until
+from txn_helpers import TXN_BROKER, confluent_values, kafka_python_end_offsets, txn_producer
+
+WORKER = Path(__file__).with_name("eos_worker.py")
+PARTITIONS = 2
+
+
+class Worker:
+    def __init__(self, bootstrap: str, source: str, sink: str, txn_id: str, group: str) -> None:
+        self.args = [sys.executable, str(WORKER), bootstrap, source, sink, str(PARTITIONS), txn_id, group]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def ensure_running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def worker_factory() -> Iterator[list[Worker]]:
+    workers: list[Worker] = []
+    yield workers
+    for w in workers:
+        w.kill()
+
+
+def _produce_inputs(bootstrap: str, topic: str, n: int) -> set[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        producer.produce(topic, value=b"%05d" % i, partition=i % PARTITIONS)
+    assert producer.flush(20) == 0
+    return {b"out-%05d" % i for i in range(n)}
+
+
+def _check_exactly_once(bootstrap: str, sink: str, expected: set[bytes], require_aborts: bool = False) -> None:
+    if require_aborts:
+        written = confluent_values(bootstrap, sink, PARTITIONS, "read_uncommitted", quiet_s=1.0)
+        # Kills left aborted transforms in the log: read_uncommitted sees them, read_committed must not.
+        assert len(written) > len(expected), "no transaction was cut short: the test exercised nothing"
+    got = confluent_values(bootstrap, sink, PARTITIONS, "read_committed", expect=len(expected), timeout_s=30)
+    extra = confluent_values(bootstrap, sink, PARTITIONS, "read_committed", quiet_s=1.0)  # nothing more arrives
+    counts = Counter(extra)
+    dupes = {v: c for v, c in counts.items() if c > 1}
+    assert not dupes, f"duplicates: {list(dupes.items())[:5]}"
+    assert set(counts) == expected, f"missing {sorted(expected - set(counts))[:5]}, extra {sorted(set(counts) - expected)[:5]}"
+    assert len(got) == len(expected)
+
+
+def _wait_for_output(bootstrap: str, sink: str, n: int, workers: Worker, timeout_s: float) -> None:
+    def done() -> bool:
+        workers.ensure_running()
+        ends = kafka_python_end_offsets(bootstrap, sink, PARTITIONS, "read_committed")
+        return sum(ends.values()) >= n  # markers count too, so this is a lower bound on completion
+    wait_until(done, timeout_s, interval=0.5, what="the worker to catch up")
+
+
+@pytest.mark.timeout(180)
+def test_worker_killed_at_random_points(broker_factory, worker_factory: list[Worker]) -> None:
+    broker = broker_factory(overrides=TXN_BROKER)
+    bs = broker.bootstrap
+    create_topics(bs, {"eos-in": PARTITIONS, "eos-out": PARTITIONS})
+    expected = _produce_inputs(bs, "eos-in", 400)
+    worker = Worker(bs, "eos-in", "eos-out", "eos-worker", "eos-group")
+    worker_factory.append(worker)
+    rng = random.Random(12)
+    for _ in range(5):
+        worker.ensure_running()
+        time.sleep(rng.uniform(1.0, 3.0))
+        worker.kill()
+    worker.start()
+    _wait_for_output(bs, "eos-out", len(expected), worker, 90)
+    wait_until(lambda: len(set(confluent_values(bs, "eos-out", PARTITIONS, "read_committed",
+                                                quiet_s=0.5))) == len(expected), 60, interval=1.0,
+               what="every input transformed")
+    worker.kill()
+    _check_exactly_once(bs, "eos-out", expected, require_aborts=True)
+
+
+@pytest.mark.timeout(180)
+def test_broker_killed_under_worker(broker_factory, worker_factory: list[Worker]) -> None:
+    broker = broker_factory(overrides=TXN_BROKER)
+    bs = broker.bootstrap
+    create_topics(bs, {"in2": PARTITIONS, "out2": PARTITIONS})
+    expected = _produce_inputs(bs, "in2", 300)
+    worker = Worker(bs, "in2", "out2", "eos-worker-2", "eos-group-2")
+    worker_factory.append(worker)
+    rng = random.Random(7)
+    progress = []
+    for _ in range(3):
+        worker.ensure_running()
+        time.sleep(rng.uniform(1.0, 2.5))
+        progress.append(sum(kafka_python_end_offsets(bs, "out2", PARTITIONS, "read_uncommitted").values()))
+        broker.kill()
+        broker.start()
+    # At least one kill hit the stream midway (markers count in offsets, so compare loosely).
+    assert any(0 < p < len(expected) for p in progress), progress
+    wait_until(lambda: (worker.ensure_running(), len(set(confluent_values(
+        bs, "out2", PARTITIONS, "read_committed", quiet_s=0.5))) == len(expected))[1], 120, interval=1.0,
+        what="every input transformed")
+    worker.kill()
+    _check_exactly_once(bs, "out2", expected)
+
+
+@pytest.mark.timeout(120)
+def test_broker_killed_with_transactions_in_every_state(broker_factory) -> None:
+    broker = broker_factory(overrides=TXN_BROKER)
+    bs = broker.bootstrap
+    create_topics(bs, {"states": 1})
+    committed = txn_producer(bs, "committer")
+    committed.begin_transaction()
+    committed.produce("states", value=b"committed")
+    committed.commit_transaction(20)
+    aborted = txn_producer(bs, "aborter")
+    aborted.begin_transaction()
+    aborted.produce("states", value=b"aborted")
+    assert aborted.flush(10) == 0
+    aborted.abort_transaction(20)
+    left_open = txn_producer(bs, "opener", **{"transaction.timeout.ms": 2000})
+    left_open.begin_transaction()
+    left_open.produce("states", value=b"open")
+    assert left_open.flush(10) == 0
+    plain = Producer({"bootstrap.servers": bs})
+    plain.produce("states", value=b"plain")
+    assert plain.flush(10) == 0
+    broker.kill()
+    broker.start()
+    # The open transaction is aborted by the restarted coordinator (its timeout passed), so the LSO
+    # reaches the log end and the plain record after it becomes readable.
+    wait_until(lambda: confluent_values(bs, "states", 1, "read_committed", quiet_s=0.5) == [b"committed", b"plain"],
+               20, interval=0.5, what="the open transaction aborted after the restart")
+    assert confluent_values(bs, "states", 1, "read_uncommitted") == [b"committed", b"aborted", b"open", b"plain"]
+    # The restarted coordinator still knows the committed producer's epoch: a new transaction works.
+    again = txn_producer(bs, "committer")
+    again.begin_transaction()
+    again.produce("states", value=b"second")
+    again.commit_transaction(20)
+    assert confluent_values(bs, "states", 1, "read_committed", expect=3) == [b"committed", b"plain", b"second"]
