@@ -152,3 +152,13 @@ def test_txnindex_on_disk(txn_broker: BrokerProcess, mixed_topic: str) -> None:
     part = Path(txn_broker.data_dir) / f"{mixed_topic}-0"
     files = list(part.glob("*.txnindex"))
     assert files and files[0].stat().st_size == 2 * 34  # two aborted transactions, Kafka's entry size
+
+
+def test_api_versions_advertise_transaction_apis() -> None:
+    from strom.broker.handlers import discover
+
+    table = discover()
+    # InitProducerId, AddPartitionsToTxn (the v4+ batched form too), AddOffsetsToTxn, EndTxn,
+    # WriteTxnMarkers, TxnOffsetCommit
+    for key, max_version in ((22, 5), (24, 5), (25, 4), (26, 4), (27, 1), (28, 4)):
+        assert key in table and table[key].max_version >= max_version, key

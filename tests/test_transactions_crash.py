@@ -12,13 +12,25 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from brokerproc import BrokerProcess
 from confluent_kafka import Producer
 from helpers import create_topics, wait_until
 from txn_helpers import TXN_BROKER, confluent_values, kafka_python_end_offsets, txn_producer
+
+from strom.coordinator.txn_records import (
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from strom.records.batch import iter_batches
+from strom.records.codec import build_batch, read_all
+from strom.storage.log import LogConfig, PartitionLog
 
 WORKER = Path(__file__).with_name("eos_worker.py")
 PARTITIONS = 2
@@ -162,3 +174,44 @@ def test_broker_killed_with_transactions_in_every_state(broker_factory) -> None:
     again.produce("states", value=b"second")
     again.commit_transaction(20)
     assert confluent_values(bs, "states", 1, "read_committed", expect=3) == [b"committed", b"plain", b"second"]
+
+
+def _last_state(log_dir: Path, transactional_id: str) -> TxnLogValue:
+    """The newest __transaction_state value of a transactional id, read from the stopped broker's files."""
+    plog = PartitionLog.open(log_dir, "__transaction_state", 0, LogConfig())
+    try:
+        found = [decode_value(r.value) for r in read_all(plog.read(0, 1 << 20, max_offset=plog.log_end_offset))
+                 if r.key is not None and r.value is not None and decode_key(r.key) == transactional_id]
+        return found[-1]
+    finally:
+        plog.close()
+
+
+@pytest.mark.timeout(60)
+def test_crash_in_prepare_commit_completes_at_restart(broker_factory) -> None:
+    """The broker died after writing PrepareCommit and before any marker: the restarted coordinator
+    writes the markers and completes the commit."""
+    broker = broker_factory(overrides=TXN_BROKER)
+    bs = broker.bootstrap
+    create_topics(bs, {"prep": 2})
+    producer = txn_producer(bs, "preparer")
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce("prep", value=b"p%d" % i, partition=i % 2)
+    assert producer.flush(10) == 0
+    broker.kill()
+    # What the broker would have written next, had it lived: PrepareCommit (the markers never made it).
+    state_dir = Path(broker.data_dir) / "__transaction_state-0"
+    ongoing = _last_state(state_dir, "preparer")
+    assert ongoing.state is TxnState.ONGOING and len(ongoing.partitions) == 2
+    plog = PartitionLog.open(state_dir, "__transaction_state", 0, LogConfig())
+    prepared = replace(ongoing, state=TxnState.PREPARE_COMMIT)
+    buf = bytearray(build_batch([(encode_key("preparer"), encode_value(prepared))], timestamp_ms=int(time.time() * 1000)))
+    plog.append(buf, iter_batches(buf), leader_epoch=0)
+    plog.flush()
+    plog.close()
+    broker.start()
+    values = confluent_values(bs, "prep", 2, "read_committed", expect=4)
+    assert sorted(values) == [b"p0", b"p1", b"p2", b"p3"]
+    broker.stop()
+    assert _last_state(state_dir, "preparer").state is TxnState.COMPLETE_COMMIT
