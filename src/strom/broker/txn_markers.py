@@ -13,8 +13,8 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.partition_io import Wait, append_batch, wait_replicated
 from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+from strom.coordinator.runtime_io import Wait, append_batch, wait_replicated
 from strom.protocol.errors import ErrorCode as E
 from strom.records.control import build_marker_batch
 from strom.storage.log import wall_clock_ms

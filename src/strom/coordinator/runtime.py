@@ -42,8 +42,8 @@ from strom.coordinator.api import (
 )
 from strom.coordinator.config import GroupConfig
 from strom.coordinator.group import Token, TopicPartition
-from strom.coordinator.partition_io import Wait, append_batch, flush_logs, replay_partition, wait_replicated
 from strom.coordinator.result import CoordinatorResult, Record
+from strom.coordinator.runtime_io import Wait, append_batch, flush_logs, replay_partition, wait_replicated
 from strom.coordinator.shard import GroupCoordinatorShard
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator import records as rec
 from strom.coordinator import txn_records as trec
-from strom.coordinator.partition_io import append_batch, flush_logs, replay_partition, wait_replicated
+from strom.coordinator.runtime_io import append_batch, flush_logs, replay_partition, wait_replicated
 from strom.coordinator.txn_records import TxnLogValue, TxnState
 from strom.coordinator.txn_shard import TransactionCoordinatorShard, TxnConfig, TxnOutcome
 from strom.protocol.errors import ErrorCode as E
