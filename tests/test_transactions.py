@@ -162,3 +162,41 @@ def test_api_versions_advertise_transaction_apis() -> None:
     # WriteTxnMarkers, TxnOffsetCommit
     for key, max_version in ((22, 5), (24, 5), (25, 4), (26, 4), (27, 1), (28, 4)):
         assert key in table and table[key].max_version >= max_version, key
+
+
+def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProcess) -> None:
+    from click.testing import CliRunner
+    from kio.schema.describe_producers.v0 import request as dp
+
+    from strom.cli.topics import _RawConnection
+    from strom.cli.transactions import transactions
+
+    bs = txn_broker.bootstrap
+    create_topics(bs, {"described": 1})
+    producer = txn_producer(bs, "described-writer")
+    producer.begin_transaction()
+    producer.produce("described", value=b"x")
+    assert producer.flush(10) == 0
+    try:
+        runner = CliRunner(env={"COLUMNS": "250"})
+        listed = runner.invoke(transactions, ["--bootstrap-server", bs, "list"])
+        assert listed.exit_code == 0, listed.output
+        row = next(line for line in listed.output.splitlines() if "described-writer" in line)
+        assert "Ongoing" in row
+        described = runner.invoke(transactions, ["--bootstrap-server", bs, "describe", "described-writer"])
+        assert described.exit_code == 0, described.output
+        assert "Ongoing" in described.output and "described-0" in described.output
+        missing = runner.invoke(transactions, ["--bootstrap-server", bs, "describe", "nobody"])
+        assert missing.exit_code != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.output
+        # DescribeProducers shows where the open transaction starts on the partition.
+        host, port = bs.split(":")
+        conn = _RawConnection(host, int(port), 10)
+        try:
+            response = conn.request(61, 0, dp.DescribeProducersRequest(
+                topics=(dp.TopicRequest(name="described", partition_indexes=(0,)),)))  # type: ignore[arg-type]
+        finally:
+            conn.close()
+        active = response.topics[0].partitions[0].active_producers
+        assert [int(p.current_txn_start_offset) for p in active] == [0]
+    finally:
+        producer.commit_transaction(20)

@@ -78,6 +78,7 @@ def _register_commands() -> None:
     from strom.cli.produce import produce; cli.add_command(produce)  # noqa: E702, I001
     from strom.cli.consume import consume; cli.add_command(consume)  # noqa: E702, I001
     from strom.cli.groups import groups; cli.add_command(groups)  # noqa: E702, I001
+    from strom.cli.transactions import transactions; cli.add_command(transactions)  # noqa: E702, I001
     from strom.cli.configs import configs; cli.add_command(configs)  # noqa: E702, I001
     from strom.cli.cluster import cluster; cli.add_command(cluster)  # noqa: E702, I001
     from strom.bench.cli import bench; cli.add_command(bench)  # noqa: E702, I001

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from strom.broker.server import Broker
 
 API_KEY = 27
-MIN_VERSION = 0
+MIN_VERSION = 1
 MAX_VERSION = 1
 
 
