@@ -200,3 +200,35 @@ def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProces
         assert [int(p.current_txn_start_offset) for p in active] == [0]
     finally:
         producer.commit_transaction(20)
+
+
+def test_metrics_count_transactions(txn_broker: BrokerProcess, mixed_topic: str) -> None:
+    from test_metrics import admin_url, scrape, value
+
+    samples = scrape(admin_url(txn_broker))
+    assert value(samples, "strom_transactions_committed_total") >= 2  # from mixed_topic's writer
+    assert value(samples, "strom_transactions_aborted_total") >= 2
+    assert value(samples, "strom_last_stable_offset", topic=mixed_topic, partition="0") == \
+        value(samples, "strom_high_watermark", topic=mixed_topic, partition="0")
+
+
+def test_clients_cannot_write_markers(txn_broker: BrokerProcess) -> None:
+    import datetime
+
+    from kio.schema.produce.v9 import request as produce
+
+    from strom.cli.topics import _RawConnection
+    from strom.records.control import build_marker_batch
+
+    create_topics(txn_broker.bootstrap, {"forged": 1})
+    body = produce.ProduceRequest(
+        transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),  # type: ignore[arg-type]
+        topic_data=(produce.TopicProduceData(name="forged", partition_data=(produce.PartitionProduceData(  # type: ignore[arg-type]
+            index=0, records=build_marker_batch(5, 0, True, 0, 0)),)),))  # type: ignore[arg-type]
+    host, port = txn_broker.bootstrap.split(":")
+    conn = _RawConnection(host, int(port), 10)
+    try:
+        response = conn.request(0, 9, body)
+    finally:
+        conn.close()
+    assert int(response.responses[0].partition_responses[0].error_code) == 87  # INVALID_RECORD
