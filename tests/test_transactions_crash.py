@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -85,59 +86,55 @@ def _check_exactly_once(bootstrap: str, sink: str, expected: set[bytes], require
     assert len(got) == len(expected)
 
 
-def _wait_for_output(bootstrap: str, sink: str, n: int, workers: Worker, timeout_s: float) -> None:
+def _start(broker_factory, worker_factory: list[Worker], name: str, inputs: int) -> tuple[Any, Worker, set[bytes]]:
+    """A broker, ``inputs`` records in ``<name>-in`` and a worker (not started) writing ``<name>-out``."""
+    broker = broker_factory(overrides=TXN_BROKER)
+    create_topics(broker.bootstrap, {f"{name}-in": PARTITIONS, f"{name}-out": PARTITIONS})
+    expected = _produce_inputs(broker.bootstrap, f"{name}-in", inputs)
+    worker = Worker(broker.bootstrap, f"{name}-in", f"{name}-out", f"{name}-worker", f"{name}-group")
+    worker_factory.append(worker)
+    return broker, worker, expected
+
+
+def _wait_all_transformed(bootstrap: str, sink: str, expected: set[bytes], worker: Worker, timeout_s: float) -> None:
+    """Until every input's transform is readable (restarting the worker whenever it exits)."""
     def done() -> bool:
-        workers.ensure_running()
-        ends = kafka_python_end_offsets(bootstrap, sink, PARTITIONS, "read_committed")
-        return sum(ends.values()) >= n  # markers count too, so this is a lower bound on completion
-    wait_until(done, timeout_s, interval=0.5, what="the worker to catch up")
+        worker.ensure_running()
+        return len(set(confluent_values(bootstrap, sink, PARTITIONS, "read_committed", quiet_s=0.5))) == len(expected)
+    wait_until(done, timeout_s, interval=1.0, what="every input transformed")
 
 
 @pytest.mark.timeout(180)
 def test_worker_killed_at_random_points(broker_factory, worker_factory: list[Worker]) -> None:
-    broker = broker_factory(overrides=TXN_BROKER)
+    broker, worker, expected = _start(broker_factory, worker_factory, "eos", 400)
     bs = broker.bootstrap
-    create_topics(bs, {"eos-in": PARTITIONS, "eos-out": PARTITIONS})
-    expected = _produce_inputs(bs, "eos-in", 400)
-    worker = Worker(bs, "eos-in", "eos-out", "eos-worker", "eos-group")
-    worker_factory.append(worker)
     rng = random.Random(12)
     for _ in range(5):
         worker.ensure_running()
         time.sleep(rng.uniform(1.0, 3.0))
         worker.kill()
-    worker.start()
-    _wait_for_output(bs, "eos-out", len(expected), worker, 90)
-    wait_until(lambda: len(set(confluent_values(bs, "eos-out", PARTITIONS, "read_committed",
-                                                quiet_s=0.5))) == len(expected), 60, interval=1.0,
-               what="every input transformed")
+    _wait_all_transformed(bs, "eos-out", expected, worker, 120)
     worker.kill()
     _check_exactly_once(bs, "eos-out", expected, require_aborts=True)
 
 
 @pytest.mark.timeout(180)
 def test_broker_killed_under_worker(broker_factory, worker_factory: list[Worker]) -> None:
-    broker = broker_factory(overrides=TXN_BROKER)
+    broker, worker, expected = _start(broker_factory, worker_factory, "killed", 300)
     bs = broker.bootstrap
-    create_topics(bs, {"in2": PARTITIONS, "out2": PARTITIONS})
-    expected = _produce_inputs(bs, "in2", 300)
-    worker = Worker(bs, "in2", "out2", "eos-worker-2", "eos-group-2")
-    worker_factory.append(worker)
     rng = random.Random(7)
     progress = []
     for _ in range(3):
         worker.ensure_running()
         time.sleep(rng.uniform(1.0, 2.5))
-        progress.append(sum(kafka_python_end_offsets(bs, "out2", PARTITIONS, "read_uncommitted").values()))
+        progress.append(sum(kafka_python_end_offsets(bs, "killed-out", PARTITIONS, "read_uncommitted").values()))
         broker.kill()
         broker.start()
     # At least one kill hit the stream midway (markers count in offsets, so compare loosely).
     assert any(0 < p < len(expected) for p in progress), progress
-    wait_until(lambda: (worker.ensure_running(), len(set(confluent_values(
-        bs, "out2", PARTITIONS, "read_committed", quiet_s=0.5))) == len(expected))[1], 120, interval=1.0,
-        what="every input transformed")
+    _wait_all_transformed(bs, "killed-out", expected, worker, 120)
     worker.kill()
-    _check_exactly_once(bs, "out2", expected)
+    _check_exactly_once(bs, "killed-out", expected)
 
 
 @pytest.mark.timeout(120)

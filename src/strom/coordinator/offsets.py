@@ -80,14 +80,7 @@ class OffsetManager:
             res.records.append(offset_record(req.group_id, p.topic, p.partition, value, replay=True))
             results.append(PartitionError(p.topic, p.partition, E.none))
         res.reply(token, results)
-
-        def failed(now_ms: int, error_code: int) -> CoordinatorResult:
-            out = CoordinatorResult()
-            out.reply(token, [r if r.error is not E.none else PartitionError(r.topic, r.partition, E(error_code))
-                              for r in results])
-            return out
-
-        res.on_failure = failed
+        res.on_failure = _failed_writes(token, results)
         if not res.records:
             self.classic.drop_if_unused(group)
         return res
@@ -114,14 +107,7 @@ class OffsetManager:
             res.records.append(Record(record.group_id, record.key, record.value, True, producer_id, producer_epoch))
             results.append(PartitionError(p.topic, p.partition, E.none))
         res.reply(token, results)
-
-        def failed(now_ms: int, error_code: int) -> CoordinatorResult:
-            out = CoordinatorResult()
-            out.reply(token, [r if r.error is not E.none else PartitionError(r.topic, r.partition, E(error_code))
-                              for r in results])
-            return out
-
-        res.on_failure = failed
+        res.on_failure = _failed_writes(token, results)
         return res
 
     def replay_pending(self, producer_id: int, key: rec.OffsetCommitKey, value: rec.OffsetCommitValue | None) -> None:
@@ -279,6 +265,18 @@ class OffsetManager:
             # A group used only for offset storage: each offset expires on its own.
             return [tp for tp, o in group.offsets.items() if _is_expired(now, o, o.commit_timestamp, retention)]
         return []
+
+
+def _failed_writes(token: Token, results: list[PartitionError]) -> Callable[[int, int], CoordinatorResult]:
+    """A commit whose records could not be written: the partitions that were to be written get the
+    write's error, the others keep theirs."""
+    def failed(now_ms: int, error_code: int) -> CoordinatorResult:
+        out = CoordinatorResult()
+        out.reply(token, [r if r.error is not E.none else PartitionError(r.topic, r.partition, E(error_code))
+                          for r in results])
+        return out
+
+    return failed
 
 
 def _is_expired(now: int, o: OffsetAndMetadata, base_ts: int, retention_ms: int) -> bool:

@@ -43,7 +43,14 @@ from strom.coordinator.api import (
 from strom.coordinator.config import GroupConfig
 from strom.coordinator.group import Token, TopicPartition
 from strom.coordinator.result import CoordinatorResult, Record
-from strom.coordinator.runtime_io import Wait, append_batch, flush_logs, replay_partition, wait_replicated
+from strom.coordinator.runtime_io import (
+    Leadership,
+    Wait,
+    append_batch,
+    flush_logs,
+    replay_partition,
+    wait_replicated,
+)
 from strom.coordinator.shard import GroupCoordinatorShard
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
@@ -74,8 +81,8 @@ class GroupCoordinatorRuntime:
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None
         # In a cluster: the __consumer_offsets partitions loaded here (-> leader epoch) and loading.
-        self.owned: dict[int, int] = {}
-        self.loading: dict[int, int] = {}
+        self.leadership = Leadership(broker, GROUP_METADATA_TOPIC_NAME, self._load_owned, self._owned_loaded,
+                                     self._unload)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -94,11 +101,7 @@ class GroupCoordinatorRuntime:
         records = 0
         replicas = self.broker.replicas
         if replicas is not None:
-            # A cluster: load what this broker leads now, and follow leadership from here on.
-            replicas.leadership_listeners.append(self._leadership_changed)
-            for part in list(replicas.partitions.values()):
-                if part.topic == GROUP_METADATA_TOPIC_NAME and part.is_leader:
-                    self._leadership_changed(part.topic, part.partition, part.leader_epoch)
+            self.leadership.follow()
         else:
             topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
             if topic is not None:
@@ -114,46 +117,26 @@ class GroupCoordinatorRuntime:
 
     # ------------------------------------------------------------------ leadership (cluster)
 
-    def _leadership_changed(self, topic: str, partition: int, leader_epoch: int) -> None:
-        """From the replica manager: this broker leads ``partition`` at ``leader_epoch`` (>= 0), or
-        no longer leads it (-1)."""
-        if topic != GROUP_METADATA_TOPIC_NAME:
-            return
-        if leader_epoch < 0:
-            self.loading.pop(partition, None)
-            if self.owned.pop(partition, None) is not None:
-                self._unload(partition)
-            return
-        if self.owned.get(partition) == leader_epoch or self.loading.get(partition) == leader_epoch:
-            return
-        if self.owned.pop(partition, None) is not None:
-            self._unload(partition)
-        self.loading[partition] = leader_epoch
-        self.broker.spawn(self._load_owned(partition, leader_epoch))
-
-    async def _load_owned(self, partition: int, leader_epoch: int) -> None:
+    async def _load_owned(self, partition: int) -> tuple[int, int, float]:
+        """Replay a partition this broker now leads: (groups, records, start time); on failure the
+        groups it read are dropped (the load is retried)."""
         started = time.monotonic()
         plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
         before = set(self.shard.groups)
         try:
             records = await self._load_partition(plog) if plog is not None else 0
         except Exception:
-            # Never leave the partition "loading" for good: drop what was read and try again.
-            log.exception("group coordinator: loading %s-%d failed; retrying", GROUP_METADATA_TOPIC_NAME, partition)
             for group_id in set(self.shard.groups) - before:
                 self.shard.groups.pop(group_id, None)
-            await asyncio.sleep(1.0)
-            if self.loading.get(partition) == leader_epoch:
-                self.broker.spawn(self._load_owned(partition, leader_epoch))
-            return
-        if self.loading.get(partition) != leader_epoch:
-            return  # the leadership moved on while loading
-        del self.loading[partition]
-        self.owned[partition] = leader_epoch
+            raise
+        return len(set(self.shard.groups) - before), records, started
+
+    def _owned_loaded(self, partition: int, leader_epoch: int, result: tuple[int, int, float]) -> None:
+        groups, records, started = result
         self.shard.loaded(self.clock())
         self._wakeup.set()
         log.info("group coordinator: loaded %s-%d at leader epoch %d (%d groups, %d records) in %.0f ms",
-                 GROUP_METADATA_TOPIC_NAME, partition, leader_epoch, len(set(self.shard.groups) - before), records,
+                 GROUP_METADATA_TOPIC_NAME, partition, leader_epoch, groups, records,
                  (time.monotonic() - started) * 1000)
 
     def _unload(self, partition: int) -> None:
@@ -175,10 +158,7 @@ class GroupCoordinatorRuntime:
             return E.coordinator_not_available
         if self.broker.replicas is None:
             return E.none
-        p = self.partition_for(group_id)
-        if p in self.loading:
-            return E.coordinator_load_in_progress
-        return E.none if p in self.owned else E.not_coordinator
+        return self.leadership.error_for(self.partition_for(group_id))
 
     async def stop(self) -> None:
         self.loaded = False

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.errors import ErrorCode as E
@@ -14,6 +15,8 @@ from strom.records import batch as rb
 
 if TYPE_CHECKING:
     from strom.storage.log import PartitionLog
+
+log = logging.getLogger("strom.coordinator")
 
 _LOAD_CHUNK_BYTES = 1 << 20
 
@@ -90,3 +93,70 @@ async def wait_replicated(broker: Any, waits: list[Wait], timeout_s: float) -> E
 async def flush_logs(logs: list[PartitionLog]) -> None:
     loop = asyncio.get_running_loop()
     await asyncio.gather(*(loop.run_in_executor(None, p.flush) for p in logs))
+
+
+class Leadership:
+    """Which partitions of a coordinator's internal topic this broker has loaded (-> leader epoch) and
+    which it is loading, following the replica manager (a cluster).
+
+    ``load(partition)`` replays a partition (undoing what it read if it raises: it is retried a
+    second later); ``loaded(partition, leader_epoch, result)`` is called once it is this broker's;
+    ``unload(partition)`` when the leadership moves away.
+    """
+
+    def __init__(self, broker: Any, topic: str, load: Callable[[int], Awaitable[Any]],
+                 loaded: Callable[[int, int, Any], None], unload: Callable[[int], None]) -> None:
+        self.broker = broker
+        self.topic = topic
+        self._load_partition = load
+        self._loaded = loaded
+        self._unload = unload
+        self.owned: dict[int, int] = {}
+        self.loading: dict[int, int] = {}
+
+    def follow(self) -> None:
+        """Load what this broker leads now, and follow leadership from here on."""
+        replicas = self.broker.replicas
+        replicas.leadership_listeners.append(self.changed)
+        for part in list(replicas.partitions.values()):
+            if part.topic == self.topic and part.is_leader:
+                self.changed(part.topic, part.partition, part.leader_epoch)
+
+    def changed(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """From the replica manager: this broker leads ``partition`` at ``leader_epoch`` (>= 0), or
+        no longer leads it (-1)."""
+        if topic != self.topic:
+            return
+        if leader_epoch < 0:
+            self.loading.pop(partition, None)
+            if self.owned.pop(partition, None) is not None:
+                self._unload(partition)
+            return
+        if self.owned.get(partition) == leader_epoch or self.loading.get(partition) == leader_epoch:
+            return
+        if self.owned.pop(partition, None) is not None:
+            self._unload(partition)
+        self.loading[partition] = leader_epoch
+        self.broker.spawn(self._load(partition, leader_epoch))
+
+    async def _load(self, partition: int, leader_epoch: int) -> None:
+        try:
+            result = await self._load_partition(partition)
+        except Exception:
+            # Never leave the partition "loading" for good: try again.
+            log.exception("loading %s-%d failed; retrying", self.topic, partition)
+            await asyncio.sleep(1.0)
+            if self.loading.get(partition) == leader_epoch:
+                self.broker.spawn(self._load(partition, leader_epoch))
+            return
+        if self.loading.get(partition) != leader_epoch:
+            return  # the leadership moved on while loading
+        del self.loading[partition]
+        self.owned[partition] = leader_epoch
+        self._loaded(partition, leader_epoch, result)
+
+    def error_for(self, partition: int) -> E:
+        """In a cluster: NONE if this broker coordinates the partition's keys now, else the error."""
+        if partition in self.loading:
+            return E.coordinator_load_in_progress
+        return E.none if partition in self.owned else E.not_coordinator

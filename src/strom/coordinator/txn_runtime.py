@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator import records as rec
 from strom.coordinator import txn_records as trec
-from strom.coordinator.runtime_io import append_batch, flush_logs, replay_partition, wait_replicated
+from strom.coordinator.runtime_io import (
+    Leadership,
+    append_batch,
+    flush_logs,
+    replay_partition,
+    wait_replicated,
+)
 from strom.coordinator.txn_records import TxnLogValue, TxnState
 from strom.coordinator.txn_shard import TransactionCoordinatorShard, TxnConfig, TxnOutcome
 from strom.protocol.errors import ErrorCode as E
@@ -56,8 +62,9 @@ class TransactionCoordinatorRuntime:
         self.abort_interval_s = int(getattr(cfg, "transaction_abort_timed_out_transaction_cleanup_interval_ms",
                                             10_000)) / 1000
         self.loaded = False
-        self.owned: dict[int, int] = {}  # partition -> leader epoch (the markers' coordinator epoch)
-        self.loading: dict[int, int] = {}
+        # Partitions of __transaction_state loaded here (-> leader epoch: the markers' coordinator epoch).
+        self.leadership = Leadership(broker, TRANSACTION_STATE_TOPIC_NAME, self._load_owned, self._owned_loaded,
+                                     self._unload)
         self._markers: dict[str, asyncio.Task[Any]] = {}
         self._ticker: asyncio.Task[Any] | None = None
         # Counters for /metrics and the CLI.
@@ -79,12 +86,9 @@ class TransactionCoordinatorRuntime:
         """NONE when this broker coordinates the transactional id now; else what to tell the client."""
         if not self.loaded:
             return E.coordinator_not_available
-        p = self.partition_for(transactional_id)
-        if p in self.loading:
-            return E.coordinator_load_in_progress
         if self.broker.replicas is None:
             return E.none
-        return E.none if p in self.owned else E.not_coordinator
+        return self.leadership.error_for(self.partition_for(transactional_id))
 
     def find_coordinator(self) -> None:
         """FindCoordinator for a transactional id: like Kafka, when __transaction_state gets created."""
@@ -105,18 +109,13 @@ class TransactionCoordinatorRuntime:
         except TopicError as e:
             if e.error_code != TOPIC_ALREADY_EXISTS:
                 raise
-        if self.broker.replicas is None:
-            self.owned = dict.fromkeys(range(self.num_partitions), 0)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         replicas = self.broker.replicas
         if replicas is not None:
-            replicas.leadership_listeners.append(self._leadership_changed)
-            for part in list(replicas.partitions.values()):
-                if part.topic == TRANSACTION_STATE_TOPIC_NAME and part.is_leader:
-                    self._leadership_changed(part.topic, part.partition, part.leader_epoch)
+            self.leadership.follow()
         else:
             topic = self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME)
             if topic is not None:
@@ -124,7 +123,6 @@ class TransactionCoordinatorRuntime:
                     plog = self.broker.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
                     if plog is not None:
                         await self._load_partition(plog)
-                    self.owned[partition] = 0
             log.info("transaction coordinator loaded %d transactional ids", len(self.shard.txns))
             self._resume_markers(lambda _t: True)
         self.loaded = True
@@ -139,38 +137,16 @@ class TransactionCoordinatorRuntime:
         self._ticker = None
         self._markers.clear()
 
-    def _leadership_changed(self, topic: str, partition: int, leader_epoch: int) -> None:
-        if topic != TRANSACTION_STATE_TOPIC_NAME:
-            return
-        if leader_epoch < 0:
-            self.loading.pop(partition, None)
-            if self.owned.pop(partition, None) is not None:
-                self._unload(partition)
-            return
-        if self.owned.get(partition) == leader_epoch or self.loading.get(partition) == leader_epoch:
-            return
-        if self.owned.pop(partition, None) is not None:
-            self._unload(partition)
-        self.loading[partition] = leader_epoch
-        self.broker.spawn(self._load_owned(partition, leader_epoch))
-
-    async def _load_owned(self, partition: int, leader_epoch: int) -> None:
+    async def _load_owned(self, partition: int) -> None:
         plog = self.broker.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
         try:
             if plog is not None:
                 await self._load_partition(plog)
         except Exception:
-            log.exception("transaction coordinator: loading %s-%d failed; retrying", TRANSACTION_STATE_TOPIC_NAME,
-                          partition)
             self.shard.drop(lambda t: self.partition_for(t) != partition)
-            await asyncio.sleep(1.0)
-            if self.loading.get(partition) == leader_epoch:
-                self.broker.spawn(self._load_owned(partition, leader_epoch))
-            return
-        if self.loading.get(partition) != leader_epoch:
-            return
-        del self.loading[partition]
-        self.owned[partition] = leader_epoch
+            raise
+
+    def _owned_loaded(self, partition: int, leader_epoch: int, _result: None) -> None:
         log.info("transaction coordinator: loaded %s-%d at leader epoch %d", TRANSACTION_STATE_TOPIC_NAME,
                  partition, leader_epoch)
         self._resume_markers(lambda t: self.partition_for(t) == partition)
@@ -258,7 +234,7 @@ class TransactionCoordinatorRuntime:
                     return
                 todo = sorted(meta.partitions - done)
                 if todo:
-                    coordinator_epoch = self.owned.get(self.partition_for(transactional_id), 0)
+                    coordinator_epoch = self.leadership.owned.get(self.partition_for(transactional_id), 0)
                     results = await self.write_markers(meta.producer_id, meta.producer_epoch,
                                                        meta.state is TxnState.PREPARE_COMMIT, coordinator_epoch, todo)
                     done.update(tp for tp, error in results.items() if error in _MARKER_DONE)

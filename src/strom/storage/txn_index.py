@@ -81,13 +81,3 @@ class TransactionIndex:
             os.replace(tmp, self.path)
         else:
             self.path.unlink(missing_ok=True)
-
-    def fsync(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
