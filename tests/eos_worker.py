@@ -5,12 +5,16 @@ can SIGKILL it): reads ``in`` with read_committed from the offsets its group com
     python eos_worker.py BOOTSTRAP INPUT OUTPUT PARTITIONS TRANSACTIONAL_ID GROUP [PAUSE_S]
 
 PAUSE_S (default 0.03) is slept inside each transaction, so a kill often lands in the middle of one.
+A transaction that takes longer than 20 s kills the worker (SIGALRM): after a broker restart
+librdkafka's send_offsets_to_transaction has been seen to block past its own timeout; the test
+starts the worker again, which is one more crash at a random point.
 
 Exits 3 on a fatal error (fenced, or the broker gone too long); the test starts it again.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -38,6 +42,7 @@ def main() -> int:
         msgs = [m for m in consumer.consume(num_messages=10, timeout=0.3) if m.error() is None]
         if not msgs:
             continue
+        signal.alarm(20)  # the default action of SIGALRM ends the process, even inside librdkafka
         try:
             producer.begin_transaction()
             for m in msgs:
@@ -46,6 +51,7 @@ def main() -> int:
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                  consumer.consumer_group_metadata(), 10)
             producer.commit_transaction(10)
+            signal.alarm(0)
         except KafkaException as e:
             err = e.args[0]
             if err.fatal() or not err.txn_requires_abort() and not err.retriable():
@@ -57,6 +63,7 @@ def main() -> int:
                 print(f"worker: abort failed: {abort_error}", flush=True)
                 return 3
             rewind()
+            signal.alarm(0)
 
 
 if __name__ == "__main__":

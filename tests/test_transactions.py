@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from brokerproc import BrokerProcess
@@ -232,3 +233,53 @@ def test_clients_cannot_write_markers(txn_broker: BrokerProcess) -> None:
     finally:
         conn.close()
     assert int(response.responses[0].partition_responses[0].error_code) == 87  # INVALID_RECORD
+
+
+def test_fenced_producer_cannot_leave_offsets_pending(txn_broker: BrokerProcess) -> None:
+    """A zombie's TxnOffsetCommit that arrives after its transaction was aborted (the epoch bumped)
+    is refused: otherwise its offsets would wait for a marker that never comes and every
+    read_committed consumer of the group would get UNSTABLE_OFFSET_COMMIT for ever."""
+    import datetime
+
+    from kio.schema.add_offsets_to_txn.v3 import request as add_offsets
+    from kio.schema.init_producer_id.v4 import request as init
+    from kio.schema.offset_fetch.v7 import request as fetch
+    from kio.schema.txn_offset_commit.v3 import request as txn_commit
+
+    from strom.cli.topics import _RawConnection
+
+    bs = txn_broker.bootstrap
+    create_topics(bs, {"zombie-input": 1})
+    host, port = bs.split(":")
+    conn = _RawConnection(host, int(port), 10)
+
+    def init_producer() -> tuple[int, int]:
+        def attempt() -> Any:
+            r = conn.request(22, 4, init.InitProducerIdRequest(  # type: ignore[call-arg]
+                transactional_id="zombie-offsets", transaction_timeout=datetime.timedelta(seconds=60),
+                producer_id=-1, producer_epoch=-1))
+            return r if int(r.error_code) == 0 else None
+        r = wait_until(attempt, 10, interval=0.1, what="InitProducerId")
+        return int(r.producer_id), int(r.producer_epoch)
+
+    def commit_offsets(pid: int, epoch: int) -> int:
+        r = conn.request(28, 3, txn_commit.TxnOffsetCommitRequest(  # type: ignore[call-arg]
+            transactional_id="zombie-offsets", group_id="zombie-group", producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None, topics=(txn_commit.TxnOffsetCommitRequestTopic(
+                name="zombie-input", partitions=(txn_commit.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata=""),)),)))
+        return int(r.topics[0].partitions[0].error_code)
+
+    try:
+        pid, old_epoch = init_producer()
+        r = conn.request(25, 3, add_offsets.AddOffsetsToTxnRequest(  # type: ignore[call-arg]
+            transactional_id="zombie-offsets", producer_id=pid, producer_epoch=old_epoch, group_id="zombie-group"))
+        assert int(r.error_code) == 0
+        assert init_producer()[1] > old_epoch  # a new instance: the open transaction is aborted, the epoch bumped
+        assert commit_offsets(pid, old_epoch) == 90  # PRODUCER_FENCED
+        r = conn.request(9, 7, fetch.OffsetFetchRequest(  # type: ignore[call-arg]
+            group_id="zombie-group", require_stable=True,
+            topics=(fetch.OffsetFetchRequestTopic(name="zombie-input", partition_indexes=(0,)),)))
+        assert int(r.topics[0].partitions[0].error_code) == 0  # not UNSTABLE_OFFSET_COMMIT
+    finally:
+        conn.close()

@@ -38,8 +38,11 @@ PARTITIONS = 2
 
 
 class Worker:
-    def __init__(self, bootstrap: str, source: str, sink: str, txn_id: str, group: str) -> None:
-        self.args = [sys.executable, str(WORKER), bootstrap, source, sink, str(PARTITIONS), txn_id, group]
+    def __init__(self, bootstrap: str, source: str, sink: str, txn_id: str, group: str, pause_s: float = 0.1) -> None:
+        # ``pause_s`` inside each transaction of 10 records: 400 inputs take the worker some 5 s, so
+        # kills a second or two apart land in the middle of its work, mostly inside a transaction.
+        self.args = [sys.executable, str(WORKER), bootstrap, source, sink, str(PARTITIONS), txn_id, group,
+                     str(pause_s)]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -111,7 +114,7 @@ def test_worker_killed_at_random_points(broker_factory, worker_factory: list[Wor
     rng = random.Random(12)
     for _ in range(5):
         worker.ensure_running()
-        time.sleep(rng.uniform(1.0, 3.0))
+        time.sleep(rng.uniform(1.0, 2.0))
         worker.kill()
     _wait_all_transformed(bs, "eos-out", expected, worker, 120)
     worker.kill()

@@ -324,7 +324,13 @@ class GroupCoordinatorRuntime:
 
     async def txn_commit_offsets(self, req: OffsetCommitRequestData, producer_id: int,
                                  producer_epoch: int) -> list[PartitionError]:
-        """TxnOffsetCommit: written now, visible to the group once the transaction commits."""
+        """TxnOffsetCommit: written now, visible to the group once the transaction commits. A producer
+        older than the epoch the partition knows (its transaction was aborted and it was fenced, by a
+        new instance or a timeout) is refused: its offsets would wait for a marker that never comes."""
+        plog, _error, _epoch = self.broker.leader_log(GROUP_METADATA_TOPIC_NAME, self.partition_for(req.group_id))
+        entry = plog.producer_state.producers.get(producer_id) if plog is not None else None
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            return [PartitionError(p.topic, p.partition, E.producer_fenced) for p in req.partitions]
         result: list[PartitionError] = await self._call(
             lambda now, t: self.shard.txn_commit_offsets(now, t, req, producer_id, producer_epoch))
         return result

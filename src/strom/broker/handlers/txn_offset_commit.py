@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from strom.broker.handlers.offset_commit import response_topics, sort_partitions
 from strom.coordinator.api import OffsetCommitRequestData, PartitionError
 from strom.coordinator.runtime import coordinator_for
+from strom.coordinator.txn_runtime import fenced_error
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 API_KEY = 28
 MIN_VERSION = 0
 MAX_VERSION = 4
+PRODUCER_FENCED_VERSION = 3
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -28,5 +30,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                                       getattr(request, "generation_id", -1), known)
         results: list[PartitionError] = await coord.txn_commit_offsets(req, request.producer_id,
                                                                        request.producer_epoch)
-        errors.update({(r.topic, r.partition): r.error for r in results})
+        errors.update({(r.topic, r.partition): fenced_error(r.error, ctx.api_version, PRODUCER_FENCED_VERSION)
+                       for r in results})
     return {"throttle_time": 0, "topics": response_topics(order, errors)}
