@@ -62,7 +62,6 @@ class TransactionCoordinatorShard:
         self.config = config
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
-        # Per transactional id, the last bump's previous epoch survives only in memory (as in Kafka).
 
     # ------------------------------------------------------------------ the log
 
@@ -95,13 +94,13 @@ class TransactionCoordinatorShard:
             return failed(E.invalid_request)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return failed(E.invalid_transaction_timeout)
+        if transactional_id in self.pending:  # (a brand-new id too: its first write is in flight)
+            return failed(E.concurrent_transactions)
         meta = self.txns.get(transactional_id)
         if meta is None:
             meta = TxnMetadata(transactional_id, allocate(), -1, timeout_ms, S.EMPTY)
             value = meta.value(producer_epoch=0, state=S.EMPTY, partitions=(), last_update_ms=now, start_ms=-1)
             return self._begin(meta, value)
-        if transactional_id in self.pending:
-            return failed(E.concurrent_transactions)
         if expected_pid >= 0:
             # KIP-360: the producer says which id/epoch it had; a retry of a bump gets the same answer.
             if expected_pid != meta.producer_id:
