@@ -19,8 +19,10 @@ from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
+from strom.broker.txn_markers import write_markers
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.coordinator.runtime import GroupCoordinatorRuntime
+from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.security import listener as listener_security
 from strom.security.client import inter_broker as inter_broker_client
 from strom.security.credentials import CredentialStore, FileCredentialStore
@@ -111,6 +113,8 @@ class Broker:
             self.cluster.take_up_partitions()
         self.group_coordinator = GroupCoordinatorRuntime(self)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
+        self.txn_coordinator = TransactionCoordinatorRuntime(self, functools.partial(write_markers, self))
+        await self.txn_coordinator.start()  # replays __transaction_state, resumes unfinished commits
         await self.maintenance.start()  # after the replay, which reads logs from threads
         for listener in self.config.listeners:
             # Each connection knows its listener: clients are told that listener's addresses.
@@ -217,6 +221,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
         await self.maintenance.stop()
         for task in list(self._background):

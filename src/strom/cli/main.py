@@ -94,6 +94,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "produce": "strom.cli.produce:produce",
     "consume": "strom.cli.consume:consume",
     "groups": "strom.cli.groups:groups",
+    "transactions": "strom.cli.transactions:transactions",
     "configs": "strom.cli.configs:configs",
     "cluster": "strom.cli.cluster:cluster",
     "acls": "strom.cli.acls:acls",
