@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     raise AssertionError("the Spark driver's process group survived SIGKILL")
 
 
-def _kill_mid_stream_then_resume(b: str, topic: str, out: str, ck: Path, log: Path) -> None:
+def _kill_mid_stream_then_resume(b: str, topic: str, out: str, ck: Path, log: Path,
+                                 written: Callable[[], int] | None = None) -> None:
     """Run the job until a few batches are committed, SIGKILL it (preferably with a batch planned
-    but not committed), then finish what is left with availableNow from the same checkpoint."""
+    but not committed; with ``written``, the rows the sink has written so far, once the batch in
+    flight has written some), then finish what is left with availableNow from the same checkpoint."""
     args = [b, topic, out, str(ck)]
     proc = _start([*args, "continuous", str(PER_TRIGGER)], log)
     killed_mid_batch = False
@@ -60,10 +63,11 @@ def _kill_mid_stream_then_resume(b: str, topic: str, out: str, ck: Path, log: Pa
             assert proc.poll() is None, log.read_text()[-3000:]
             planned, done = _batches(ck, "offsets"), _batches(ck, "commits")
             # Kill once a few batches are committed, preferably while the next is planned but not committed.
-            if len(done) >= 3 and max(planned) > max(done):
+            in_flight = len(done) >= 3 and max(planned) > max(done)
+            if in_flight and (written is None or written() > len(done) * PER_TRIGGER):
                 killed_mid_batch = True
                 break
-            if len(done) >= 8:
+            if len(done) >= (8 if written is None else 25):
                 break
             time.sleep(0.02)
         else:
@@ -113,7 +117,21 @@ def test_strom_sink_writes_each_record_once_through_a_driver_kill(module_broker:
     b = module_broker.bootstrap
     produced = _input(b, "eos-in")
     create_topic(b, "eos-out", 2)
-    _kill_mid_stream_then_resume(b, "eos-in", "topic:eos-out", tmp_path / "ck", tmp_path / "job.log")
+    # Rows the sink has written so far, committed or not (read_uncommitted): the job is killed after
+    # the batch in flight wrote some, where an at-least-once sink would write them again.
+    peek = Consumer({"bootstrap.servers": b, "group.id": f"eos-peek-{time.monotonic_ns()}",
+                     "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+    peek.assign([TopicPartition("eos-out", p, OFFSET_BEGINNING) for p in range(2)])
+    seen = [0]
+
+    def written() -> int:
+        seen[0] += sum(1 for m in peek.consume(1000, 0.01) if m.error() is None)
+        return seen[0]
+
+    try:
+        _kill_mid_stream_then_resume(b, "eos-in", "topic:eos-out", tmp_path / "ck", tmp_path / "job.log", written)
+    finally:
+        peek.close()
     c = Consumer({"bootstrap.servers": b, "group.id": f"eos-check-{time.monotonic_ns()}",
                   "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False})
     got: list[tuple[bytes, bytes]] = []
