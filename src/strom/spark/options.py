@@ -198,6 +198,10 @@ class SourceOptions:
 class SinkOptions:
     client: ClientOptions
     topic: str | None = None
+    # Streaming writes: each task's records in one transaction with a progress mark, so a replayed
+    # micro-batch is not written twice (strom.spark.sink.produce_exactly_once).
+    exactly_once: bool = False
+    transactional_id_prefix: str = "strom-spark-"
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -363,9 +367,15 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
     )
 
 
-def sink_options(options: Mapping[str, str]) -> SinkOptions:
+def sink_options(options: Mapping[str, str], streaming: bool = False) -> SinkOptions:
     client = client_options(options)
     topic = _get(options, "topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic': the topic name is empty")
-    return SinkOptions(client=client, topic=topic.strip() if topic else None)
+    exactly_once = _bool(options, "exactlyOnce", streaming)
+    if exactly_once and not streaming:
+        raise OptionError("option 'exactlyOnce' is for streaming writes (a batch write has no micro-batch to "
+                          "commit with)")
+    prefix = _get(options, "transactionalIdPrefix") or "strom-spark-"
+    return SinkOptions(client=client, topic=topic.strip() if topic else None, exactly_once=exactly_once,
+                       transactional_id_prefix=prefix)
