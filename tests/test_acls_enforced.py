@@ -446,3 +446,25 @@ def test_an_idempotent_producer_needs_write_somewhere_or_idempotent_write(tmp_pa
             assert case_init_producer_id(b, name, "") is False, needed
     finally:
         b.stop()
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(secured: BrokerProcess) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    name, txn = topic(secured, "txn"), f"tx-{time.monotonic_ns()}"
+    grant(secured, acl(ResourceType.TOPIC, name, AclOperation.WRITE))
+
+    def init() -> Any:
+        p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": txn})
+        p.init_transactions(15)
+        return p
+
+    with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED|[Tt]ransactional Id authorization"):
+        init()
+    grant(secured, acl(ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE))
+    p = init()
+    p.begin_transaction()
+    p.produce(name, b"in a transaction")
+    p.commit_transaction(15)
+    # The record, then the COMMIT marker (a raw fetch shows control records too).
+    assert records_in(secured, name)[:1] == [b"in a transaction"]

@@ -169,7 +169,7 @@ def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProces
     from click.testing import CliRunner
     from kio.schema.describe_producers.v0 import request as dp
 
-    from strom.cli.topics import _RawConnection
+    from strom.cli.raw_connection import RawConnection
     from strom.cli.transactions import transactions
 
     bs = txn_broker.bootstrap
@@ -191,7 +191,7 @@ def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProces
         assert missing.exit_code != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.output
         # DescribeProducers shows where the open transaction starts on the partition.
         host, port = bs.split(":")
-        conn = _RawConnection(host, int(port), 10)
+        conn = RawConnection(host, int(port), 10)
         try:
             response = conn.request(61, 0, dp.DescribeProducersRequest(
                 topics=(dp.TopicRequest(name="described", partition_indexes=(0,)),)))  # type: ignore[arg-type]
@@ -218,7 +218,7 @@ def test_clients_cannot_write_markers(txn_broker: BrokerProcess) -> None:
 
     from kio.schema.produce.v9 import request as produce
 
-    from strom.cli.topics import _RawConnection
+    from strom.cli.raw_connection import RawConnection
     from strom.records.control import build_marker_batch
 
     create_topics(txn_broker.bootstrap, {"forged": 1})
@@ -227,7 +227,7 @@ def test_clients_cannot_write_markers(txn_broker: BrokerProcess) -> None:
         topic_data=(produce.TopicProduceData(name="forged", partition_data=(produce.PartitionProduceData(  # type: ignore[arg-type]
             index=0, records=build_marker_batch(5, 0, True, 0, 0)),)),))  # type: ignore[arg-type]
     host, port = txn_broker.bootstrap.split(":")
-    conn = _RawConnection(host, int(port), 10)
+    conn = RawConnection(host, int(port), 10)
     try:
         response = conn.request(0, 9, body)
     finally:
@@ -246,12 +246,12 @@ def test_fenced_producer_cannot_leave_offsets_pending(txn_broker: BrokerProcess)
     from kio.schema.offset_fetch.v7 import request as fetch
     from kio.schema.txn_offset_commit.v3 import request as txn_commit
 
-    from strom.cli.topics import _RawConnection
+    from strom.cli.raw_connection import RawConnection
 
     bs = txn_broker.bootstrap
     create_topics(bs, {"zombie-input": 1})
     host, port = bs.split(":")
-    conn = _RawConnection(host, int(port), 10)
+    conn = RawConnection(host, int(port), 10)
 
     def init_producer() -> tuple[int, int]:
         def attempt() -> Any:
