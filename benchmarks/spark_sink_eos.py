@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What the Spark sink's exactly-once writes cost: one streaming query (availableNow) copying a topic
-to another with exactlyOnce=true and with exactlyOnce=false, alternating, same broker, same session.
+to another with exactlyOnce=true and with exactlyOnce=false, alternating, same broker, same session,
+after one warm-up run of each.
 
 The broker is strom.testing's EmbeddedBroker (a real broker process on 127.0.0.1); Spark runs in
 local[2]. Printed: records/s of each run (from the query's start to its end), the medians and the
@@ -49,7 +50,7 @@ def main() -> None:
                 except BufferError:
                     p.poll(0.01)
         p.flush(60)
-        for run in range(args.runs):
+        for run in range(-1, args.runs):  # run -1 warms Spark's JVM and Python workers up: not counted
             for mode in ("at-least-once", "exactly-once"):
                 out = f"out-{mode}-{run}"
                 broker.create_topic(out, partitions=2)
@@ -63,8 +64,9 @@ def main() -> None:
                 start = time.perf_counter()
                 q.awaitTermination()
                 rate = args.records / (time.perf_counter() - start)
-                results[mode].append(rate)
-                print(f"run {run + 1} {mode:14s} {rate:10,.0f} records/s", flush=True)
+                if run >= 0:
+                    results[mode].append(rate)
+                print(f"run {run + 1} {mode:14s} {rate:10,.0f} records/s{' (warm-up)' if run < 0 else ''}", flush=True)
     spark.stop()
     alo, eo = (statistics.median(results[k]) for k in ("at-least-once", "exactly-once"))
     print(f"median: at-least-once {alo:,.0f} records/s, exactly-once {eo:,.0f} records/s, ratio {eo / alo:.2f}; "
