@@ -29,8 +29,12 @@ $(TEST_STAMP): $(BASE_STAMP)
 install: $(TEST_STAMP)
 
 # Debian packages the tests drive (kcat, chromium for the console test, zookeeper for the cluster
-# tests and `make cluster`) and librdkafka's own test programs; installed only when missing.
+# tests and `make cluster`; openssl for benchmarks/security_bench.py and docs/security.md's test CA)
+# and librdkafka's own test programs; installed only when missing.
 deps: zookeeper librdkafka-tests
+	@command -v openssl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q openssl; }
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q kcat; }

@@ -244,3 +244,227 @@ def test_strom_acls_says_when_the_broker_has_no_authorizer(module_broker: Broker
     assert "authorizer.class.name" in line
     listed = ok("acls", "list", "--bootstrap-server", module_broker.bootstrap)
     assert "no authorizer" in listed
+
+
+# ---- The matrix: each API refused without its ACL and served with it, checked by its effect ------
+# (The cluster's DESCRIBE is not in it: the test's principal holds ALTER on the cluster to manage
+# ACLs, and ALTER implies DESCRIBE; test_admin_operations_need_their_rights takes it away whole.)
+
+class granted:
+    """ACLs granted for a block and taken back after (the test's own look at the state)."""
+
+    def __init__(self, broker: BrokerProcess, *bindings: AclBinding) -> None:
+        self.broker, self.bindings = broker, bindings
+
+    def __enter__(self) -> None:
+        grant(self.broker, *self.bindings)
+
+    def __exit__(self, *exc: object) -> None:
+        revoke(self.broker, *self.bindings)
+
+
+def _admin(broker: BrokerProcess) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def _ok(future: Any) -> bool:
+    """True when the AdminClient call succeeded, False when it was refused for authorization."""
+    from confluent_kafka import KafkaException
+
+    try:
+        future.result(20)
+        return True
+    except KafkaException as e:
+        assert "AUTHORIZATION" in str(e).upper(), e
+        return False
+
+
+def _config(broker: BrokerProcess, name: str, key: str) -> str | None:
+    from confluent_kafka.admin import ConfigResource
+
+    with granted(broker, acl(ResourceType.TOPIC, name, AclOperation.DESCRIBE_CONFIGS)):
+        a = _admin(broker)  # kept alive until its answer
+        (f,) = a.describe_configs([ConfigResource("topic", name)]).values()
+        return f.result(20)[key].value  # type: ignore[no-any-return]
+
+
+def _partitions(broker: BrokerProcess, name: str) -> int:
+    with granted(broker, acl(ResourceType.TOPIC, name, AclOperation.DESCRIBE)), RawConnection(broker.bootstrap) as c:
+        return len(c.metadata([name]).topics[0].partitions)
+
+
+def _log_start(broker: BrokerProcess, name: str) -> int:
+    with granted(broker, acl(ResourceType.TOPIC, name, AclOperation.DESCRIBE)), RawConnection(broker.bootstrap) as c:
+        return c.list_offset(name, 0, -2)[0]
+
+
+def _raw_error(broker: BrokerProcess, api: int, version: int, module: str, cls: str, **fields: Any) -> int:
+    with RawConnection(broker.bootstrap) as conn:
+        resp = conn.request(api, version, request_class(module, version, cls)(**fields))
+    codes = [int(resp.error_code)] if hasattr(resp, "error_code") else []
+    for t in getattr(resp, "topics", ()) or getattr(resp, "results", ()):
+        codes += [int(p.error_code) for p in getattr(t, "partitions", ())]
+    return max(codes, key=abs) if codes else 0
+
+
+def case_list_offsets(b: BrokerProcess, name: str, group: str) -> bool:
+    from helpers import ms  # noqa: F401  (timestamps are plain ints here)
+
+    lo = request_class("list_offsets", 7, "ListOffsetsRequest")
+    lt = request_class("list_offsets", 7, "ListOffsetsTopic")
+    lp = request_class("list_offsets", 7, "ListOffsetsPartition")
+    from kio.static.primitive import i32, i64
+
+    code = _raw_error(b, 2, 7, "list_offsets", "ListOffsetsRequest", replica_id=-1, isolation_level=i8(0),
+                      topics=(lt(name=name, partitions=(lp(partition_index=i32(0), current_leader_epoch=i32(-1),
+                                                             timestamp=i64(-1)),)),)) if lo else 0
+    assert code in (0, TOPIC_AUTHORIZATION_FAILED)
+    return code == 0
+
+
+def case_describe_configs(b: BrokerProcess, name: str, group: str) -> bool:
+    from confluent_kafka.admin import ConfigResource
+
+    a = _admin(b)
+    (f,) = a.describe_configs([ConfigResource("topic", name)]).values()
+    return _ok(f)
+
+
+def case_alter_configs(b: BrokerProcess, name: str, group: str) -> bool:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    value = str(3_600_000 + time.monotonic_ns() % 1000)
+    r = ConfigResource("topic", name, incremental_configs=[
+        ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+    a = _admin(b)
+    (f,) = a.incremental_alter_configs([r]).values()
+    answered = _ok(f)
+    assert answered == (_config(b, name, "retention.ms") == value)  # the change happened iff allowed
+    return answered
+
+
+def case_create_partitions(b: BrokerProcess, name: str, group: str) -> bool:
+    from confluent_kafka.admin import NewPartitions
+
+    before = _partitions(b, name)
+    a = _admin(b)
+    (f,) = a.create_partitions([NewPartitions(name, before + 1)]).values()
+    answered = _ok(f)
+    assert (_partitions(b, name) == before + 1) == answered
+    return answered
+
+
+def case_delete_records(b: BrokerProcess, name: str, group: str) -> bool:
+    with granted(b, acl(ResourceType.TOPIC, name, AclOperation.WRITE)):
+        assert produce_error(b, name, b"one") == 0
+    target = _log_start(b, name) + 1
+    lp = request_class("delete_records", 2, "DeleteRecordsPartition")
+    lt = request_class("delete_records", 2, "DeleteRecordsTopic")
+    from helpers import ms
+    from kio.static.primitive import i32, i64
+
+    code = _raw_error(b, 21, 2, "delete_records", "DeleteRecordsRequest", timeout=ms(5000), topics=(
+        lt(name=name, partitions=(lp(partition_index=i32(0), offset=i64(target)),)),))
+    assert (_log_start(b, name) == target) == (code == 0)
+    return code == 0
+
+
+def case_offset_fetch(b: BrokerProcess, name: str, group: str) -> bool:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group})
+    try:
+        c.committed([TopicPartition(name, 0)], timeout=5)
+        return True
+    except KafkaException as e:
+        assert "AUTHORIZATION" in str(e).upper() or "_TIMED_OUT" in str(e).upper(), e
+        return False
+    finally:
+        c.close()
+
+
+def case_describe_groups(b: BrokerProcess, name: str, group: str) -> bool:
+    a = _admin(b)
+    (f,) = a.describe_consumer_groups([group]).values()
+    return _ok(f)
+
+
+def case_init_producer_id(b: BrokerProcess, name: str, group: str) -> bool:
+    from helpers import ms
+
+    code = _raw_error(b, 22, 4, "init_producer_id", "InitProducerIdRequest", transactional_id=None,
+                      transaction_timeout=ms(60000), producer_id=-1, producer_epoch=-1)
+    assert code in (0, CLUSTER_AUTHORIZATION_FAILED)
+    return code == 0
+
+
+MATRIX = [
+    (case_list_offsets, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE)]),
+    (case_describe_configs, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE_CONFIGS)]),
+    (case_alter_configs, [acl(ResourceType.TOPIC, "{topic}", AclOperation.ALTER_CONFIGS)]),
+    (case_create_partitions, [acl(ResourceType.TOPIC, "{topic}", AclOperation.ALTER)]),
+    (case_delete_records, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DELETE)]),
+    (case_offset_fetch, [acl(ResourceType.GROUP, "{group}", AclOperation.DESCRIBE)]),
+    (case_describe_groups, [acl(ResourceType.GROUP, "{group}", AclOperation.DESCRIBE)]),
+]
+
+
+@pytest.mark.parametrize(("case", "needed"), MATRIX, ids=[c.__name__.removeprefix("case_") for c, _ in MATRIX])
+def test_each_api_is_refused_without_its_acl_and_served_with_it(secured: BrokerProcess, case: Any,
+                                                                needed: list[AclBinding]) -> None:
+    name, group = topic(secured, case.__name__[5:].replace("_", "-")), f"grp-{time.monotonic_ns()}"
+    bindings = [AclBinding(b.resource_type, b.resource_name.format(topic=name, group=group), b.pattern_type,
+                           b.principal, b.host, b.operation, b.permission) for b in needed]
+    assert case(secured, name, group) is False, "served without its ACL"
+    grant(secured, *bindings)
+    try:
+        assert case(secured, name, group) is True, "refused with its ACL"
+        # A DENY of the same beats the ALLOW.
+        denials = [AclBinding(b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host, b.operation,
+                              AclPermission.DENY) for b in bindings]
+        grant(secured, *denials)
+        assert case(secured, name, group) is False, "served despite a DENY"
+        revoke(secured, *denials)
+    finally:
+        revoke(secured, *bindings)
+
+
+def test_an_idempotent_producer_needs_write_somewhere_or_idempotent_write(tmp_path: Path) -> None:
+    # A broker of its own: on the shared one, other tests' WRITE ACLs already let any producer in.
+    LocalAclStore(tmp_path).add(ADMIN_ACLS)
+    b = BrokerProcess(tmp_path, overrides={"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}).start()
+    try:
+        name = topic(b, "idem")
+        assert case_init_producer_id(b, name, "") is False
+        for needed in (acl(ResourceType.TOPIC, name, AclOperation.WRITE),
+                       acl(ResourceType.CLUSTER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE)):
+            grant(b, needed)
+            assert case_init_producer_id(b, name, "") is True, needed
+            revoke(b, needed)
+            assert case_init_producer_id(b, name, "") is False, needed
+    finally:
+        b.stop()
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(secured: BrokerProcess) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    name, txn = topic(secured, "txn"), f"tx-{time.monotonic_ns()}"
+    grant(secured, acl(ResourceType.TOPIC, name, AclOperation.WRITE))
+
+    def init() -> Any:
+        p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": txn})
+        p.init_transactions(15)
+        return p
+
+    with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED|[Tt]ransactional Id authorization"):
+        init()
+    grant(secured, acl(ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE))
+    p = init()
+    p.begin_transaction()
+    p.produce(name, b"in a transaction")
+    p.commit_transaction(15)
+    # The record, then the COMMIT marker (a raw fetch shows control records too).
+    assert records_in(secured, name)[:1] == [b"in a transaction"]

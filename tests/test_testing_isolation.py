@@ -19,6 +19,7 @@ from helpers import RawConnection
 
 from strom.config.definitions import BROKER_CONFIGS
 from strom.testing import EmbeddedBroker
+from strom.testing._forkserver import DISABLE_ENV, ForkedProcess
 from strom.testing.embedded import CONTROL_ENV
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,8 +27,7 @@ pytestmark = pytest.mark.timeout(60)
 LISTEN, ESTABLISHED = "0A", "01"
 
 
-def tcp_sockets(pid: int) -> list[tuple[str, int]]:
-    """(state, local port) of each TCP socket the process holds."""
+def socket_inodes(pid: int) -> set[str]:
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -36,6 +36,12 @@ def tcp_sockets(pid: int) -> list[tuple[str, int]]:
             continue
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
+    return inodes
+
+
+def tcp_sockets(pid: int) -> list[tuple[str, int]]:
+    """(state, local port) of each TCP socket the process holds."""
+    inodes = socket_inodes(pid)
     out = []
     for table in ("tcp", "tcp6"):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
@@ -90,19 +96,35 @@ def test_control_variable_is_loopback_only(tmp_path: Path) -> None:
     assert "the control channel is loopback only" in result.stderr
 
 
-def test_embedded_broker_channel_is_private() -> None:
+def remote_ports(pid: int) -> list[int]:
+    """The remote port of each established TCP connection the process holds."""
+    inodes = socket_inodes(pid)
+    lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    return [int(f[2].rsplit(":", 1)[1], 16) for f in map(str.split, lines) if f[9] in inodes and f[3] == ESTABLISHED]
+
+
+@pytest.mark.parametrize("fork_server", ["1", "0"], ids=["forked", "subprocess"])
+def test_embedded_broker_channel_is_private(fork_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DISABLE_ENV, fork_server)
     with EmbeddedBroker() as broker:
         assert broker.pid is not None
+        assert isinstance(broker._proc, ForkedProcess) == (fork_server == "1")
         sockets = tcp_sockets(broker.pid)
         # Its Kafka port, and one connection out: the control channel to this process.
         assert sorted(state for state, _ in sockets) == [ESTABLISHED, LISTEN]
         assert (LISTEN, broker.port) in sockets
-        # The port the child was told to connect to is closed once it has: nobody else gets in.
+        [control_port] = remote_ports(broker.pid)
         environ = Path(f"/proc/{broker.pid}/environ").read_bytes().split(b"\0")
-        spec = next(v for v in environ if v.startswith(CONTROL_ENV.encode() + b"=")).decode().split("=", 1)[1]
-        host, port, _ = spec.rsplit(":", 2)
+        specs = [v.decode().split("=", 1)[1] for v in environ if v.startswith(CONTROL_ENV.encode() + b"=")]
+        if fork_server == "1":
+            assert specs == []  # handed to the fork server's child in its request, never exec'd with
+        else:
+            [spec] = specs
+            host, port, _ = spec.rsplit(":", 2)
+            assert (host, int(port)) == ("127.0.0.1", control_port)
+        # The port the child was told to connect to is closed once it has: nobody else gets in.
         with pytest.raises(ConnectionRefusedError):
-            socket.create_connection((host, int(port)), timeout=5)
+            socket.create_connection(("127.0.0.1", control_port), timeout=5)
 
 
 def test_control_listener_refuses_a_wrong_token() -> None:

@@ -51,12 +51,14 @@ class Cluster:
     ``bootstrap`` names."""
 
     def __init__(self, root: Path, size: int = 3, overrides: dict[str, str] | None = None,
-                 broker_settings: BrokerSettings | None = None) -> None:
+                 broker_settings: BrokerSettings | None = None,
+                 before_brokers: Callable[[str], None] | None = None) -> None:
         self.root = root
         self.zookeeper = ZooKeeperServer(root / "zookeeper")
         self.brokers: dict[int, BrokerProcess] = {}
         self.overrides = dict(overrides or {})
         self.broker_settings = broker_settings
+        self.before_brokers = before_brokers  # given ZooKeeper's address once it runs (e.g. to add users)
         self.size = size
         self._zk: KazooClient | None = None
 
@@ -64,6 +66,8 @@ class Cluster:
 
     def start(self) -> Cluster:
         self.zookeeper.start()
+        if self.before_brokers is not None:
+            self.before_brokers(self.zookeeper.connect)
         for broker_id in range(1, self.size + 1):
             port = free_port()
             own = self.broker_settings(broker_id, port) if self.broker_settings is not None else {}

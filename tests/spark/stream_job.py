@@ -3,7 +3,8 @@
     python stream_job.py BOOTSTRAP TOPIC OUT CHECKPOINT (continuous|available-now) MAX_OFFSETS_PER_TRIGGER
 
 Reads TOPIC from the earliest offset with the strom source and appends (partition, offset, value) to
-a Parquet file sink at OUT. `continuous` runs micro-batches until killed; `available-now` finishes
+a Parquet file sink at OUT, or, when OUT is `topic:NAME`, writes each record to topic NAME with the
+strom sink (key "partition:offset", the value; exactly-once, the sink's default for a stream). `continuous` runs micro-batches until killed; `available-now` finishes
 what is there and exits 0.
 """
 
@@ -30,8 +31,17 @@ def main() -> int:
           .option("maxOffsetsPerTrigger", max_per_trigger)
           .load()
           .select("partition", "offset", "value"))
-    writer = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-              .queryName("strom_restart_job"))
+    if out.startswith("topic:"):
+        from pyspark.sql import functions as F
+
+        rows = df.select(F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string"))
+                         .alias("key"), "value")
+        writer = (rows.writeStream.format("strom").option("kafka.bootstrap.servers", bootstrap)
+                  .option("topic", out.removeprefix("topic:")).option("checkpointLocation", checkpoint)
+                  .queryName("strom_restart_job"))
+    else:
+        writer = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+                  .queryName("strom_restart_job"))
     writer = writer.trigger(availableNow=True) if mode == "available-now" else writer.trigger(processingTime="0 seconds")
     query = writer.start()
     print("query started", flush=True)

@@ -377,3 +377,37 @@ def test_uncompressed_identity_batches_copied(tmp_path: Path) -> None:
     raw = read_everything(plog)
     assert cleaner.clean_once()
     assert read_everything(plog) == raw
+
+
+def test_aborted_transactions_never_shadow_and_open_ones_wait(tmp_path: Path) -> None:
+    """An aborted transactional write of a key is dropped and does not replace the committed value
+    (as for a __consumer_offsets commit in an aborted transaction); an open transaction is not
+    cleaned (the cleaner stops at the last stable offset)."""
+    from strom.records.batch import TRANSACTIONAL_MASK
+    from strom.records.control import build_marker_batch
+
+    clock = Clock()
+    lm, plog, cleaner = manager(tmp_path, clock)
+    txn = {"producer_id": 9, "producer_epoch": 0, "attributes_extra": TRANSACTIONAL_MASK}
+    put(plog, clock, "offset", "committed-1")
+    put(plog, clock, "offset", "aborted-2", base_sequence=0, **txn)
+    append(plog, build_marker_batch(9, 0, False, 0, clock.now))
+    for i in range(30):
+        put(plog, clock, f"filler-{i % 3}", "x" * 40)
+    first_open = plog.log_end_offset
+    put(plog, clock, "open", "undecided", producer_id=10, producer_epoch=0, base_sequence=0,
+        attributes_extra=TRANSACTIONAL_MASK)
+    put(plog, clock, "open", "later", producer_id=10, producer_epoch=0, base_sequence=1,
+        attributes_extra=TRANSACTIONAL_MASK)
+    for i in range(30):
+        put(plog, clock, f"filler-{i % 3}", "y" * 40)
+    plog.roll()
+    assert plog.last_stable_offset == first_open
+    assert cleaner.clean_once()
+    rounds = sum(cleaner.clean_once() for _ in range(3))
+    assert rounds == 0, "the same dirty range is cleaned again and again"
+    values = {(r.key, r.value) for r in live(plog)}
+    assert (b"offset", b"committed-1") in values
+    assert (b"offset", b"aborted-2") not in values
+    assert (b"open", b"undecided") in values and (b"open", b"later") in values  # not cleaned yet
+    lm.shutdown()

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from strom.admin import snapshot
+from strom.admin import login, snapshot
 from strom.broker.topics import TopicError
+from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
 
 if TYPE_CHECKING:
@@ -39,6 +40,28 @@ def _error(status: int, message: str, code: int | None = None) -> web.Response:
     if code is not None:
         body["error_code"] = code
     return web.json_response(body, status=status)
+
+
+def _refused(request: web.Request, operation: AclOperation, resource_type: ResourceType,
+             name: str) -> web.Response | None:
+    """403 when the authorizer refuses the request's principal what Kafka's matching request needs."""
+    acls = _broker(request).acls
+    if not acls.enabled:
+        return None
+    ctx = login.context(request, f"{request.method} {request.path}")
+    if acls.allowed(ctx, operation, resource_type, name):
+        return None
+    return _error(403, f"{ctx.principal} may not {operation.name} {resource_type.name.lower()} '{name}'",
+                  {ResourceType.TOPIC: 29, ResourceType.GROUP: 30}.get(resource_type, 31))
+
+
+def _visible(request: web.Request, resource_type: ResourceType, names: list[str]) -> set[str]:
+    """The names the request's principal may describe (all of them without an authorizer)."""
+    acls = _broker(request).acls
+    if not acls.enabled:
+        return set(names)
+    ctx = login.context(request, f"{request.method} {request.path}")
+    return set(names) - acls.denied(ctx, AclOperation.DESCRIBE, resource_type, names, audit_denial=False)
 
 
 def _require_ready(broker: Broker) -> web.Response | None:
@@ -69,22 +92,32 @@ def parse_timestamp(text: str) -> int:
 
 
 async def overview(request: web.Request) -> web.Response:
+    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)) is not None:
+        return refused
     return web.json_response(snapshot.overview(_broker(request), request.app[HISTORY_KEY]))
 
 
 async def cluster(request: web.Request) -> web.Response:
     broker = _broker(request)
+    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)) is not None:
+        return refused
     return _require_ready(broker) or web.json_response(snapshot.cluster_view(broker))
 
 
 async def list_topics(request: web.Request) -> web.Response:
     broker = _broker(request)
-    return _require_ready(broker) or web.json_response({"topics": snapshot.topics_view(broker)})
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    topics = snapshot.topics_view(broker)
+    shown = _visible(request, ResourceType.TOPIC, [t["name"] for t in topics])
+    return web.json_response({"topics": [t for t in topics if t["name"] in shown]})
 
 
 async def get_topic(request: web.Request) -> web.Response:
     broker = _broker(request)
     if (refused := _require_ready(broker)) is not None:
+        return refused
+    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.TOPIC, request.match_info["topic"])):
         return refused
     view = snapshot.topic_view(broker, request.match_info["topic"], with_partitions=True)
     if view is None:
@@ -110,6 +143,12 @@ async def create_topic(request: web.Request) -> web.Response:
     configs = body.get("configs") or {}
     if not isinstance(configs, dict):
         return _error(400, "configs must be an object of name: value")
+    # As CreateTopics: CREATE on the cluster, or else CREATE on the topic.
+    acls = broker.acls
+    if (acls.enabled and not acls.cluster_allowed(login.context(request, "POST /api/topics"), AclOperation.CREATE,
+                                                  audit_denial=False)
+            and (refused := _refused(request, AclOperation.CREATE, ResourceType.TOPIC, body["name"])) is not None):
+        return refused
     try:
         await broker.topics.create_async(body["name"], partitions, rf, {str(k): str(v) for k, v in configs.items()})
     except TopicError as e:
@@ -123,6 +162,8 @@ async def delete_topic(request: web.Request) -> web.Response:
     if (refused := _require_ready(broker)) is not None:
         return refused
     name = request.match_info["topic"]
+    if (refused := _refused(request, AclOperation.DELETE, ResourceType.TOPIC, name)) is not None:
+        return refused
     if not broker.config.delete_topic_enable:
         return _error(403, "delete.topic.enable is false", 73)
     info = broker.metadata.get_topic(name)
@@ -140,6 +181,8 @@ async def messages(request: web.Request) -> web.Response:
     if (refused := _require_ready(broker)) is not None:
         return refused
     topic = request.match_info["topic"]
+    if (refused := _refused(request, AclOperation.READ, ResourceType.TOPIC, topic)) is not None:
+        return refused
     partition = _int_arg(request, "partition") or 0
     plog = broker.log_manager.get_log(topic, partition)
     if plog is None:
@@ -163,7 +206,11 @@ async def list_groups(request: web.Request) -> web.Response:
     if (refused := _require_ready(broker)) is not None:
         return refused
     out = []
-    for g in snapshot.list_groups(broker):
+    groups = snapshot.list_groups(broker)
+    shown = _visible(request, ResourceType.GROUP, [g.group_id for g in groups])
+    for g in groups:
+        if g.group_id not in shown:
+            continue
         view = snapshot.group_view(broker, g.group_id, detail=False)
         if view is not None:
             out.append(view)
@@ -173,6 +220,8 @@ async def list_groups(request: web.Request) -> web.Response:
 async def get_group(request: web.Request) -> web.Response:
     broker = _broker(request)
     if (refused := _require_ready(broker)) is not None:
+        return refused
+    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.GROUP, request.match_info["group"])):
         return refused
     view = snapshot.group_view(broker, request.match_info["group"], detail=True)
     if view is None:

@@ -107,19 +107,46 @@ class BrokerCollector:
         start = GaugeMetricFamily("strom_log_start_offset", "First offset of a partition's log.", labels=labels)
         end = GaugeMetricFamily("strom_log_end_offset", "Offset the next appended record will get.", labels=labels)
         hw = GaugeMetricFamily("strom_high_watermark", "Offset up to which records are visible.", labels=labels)
+        lso = GaugeMetricFamily("strom_last_stable_offset",
+                                "Offset up to which read_committed consumers read (first open transaction).",
+                                labels=labels)
         for plog in sorted(broker.log_manager.all_logs(), key=lambda p: (p.topic, p.partition)):
             lv = [plog.topic, str(plog.partition)]
             size.add_metric(lv, plog.size_bytes())
             start.add_metric(lv, plog.log_start_offset)
             end.add_metric(lv, plog.log_end_offset)
             hw.add_metric(lv, plog.high_watermark)
-        yield from (size, start, end, hw)
+            lso.add_metric(lv, plog.last_stable_offset)
+        yield from (size, start, end, hw, lso)
 
         # --- replication and the controller
         yield from self._replication()
 
         # --- consumer groups
         yield from self._groups()
+
+        # --- transactions this broker coordinates
+        yield from self._transactions()
+
+    def _transactions(self) -> Iterator[Metric]:
+        coord = getattr(self.broker, "txn_coordinator", None)
+        if coord is None:
+            return
+        yield CounterMetricFamily("strom_transactions_committed", "Transactions this coordinator committed.",
+                                  value=coord.commits)
+        yield CounterMetricFamily("strom_transactions_aborted", "Transactions this coordinator aborted.",
+                                  value=coord.aborts)
+        yield CounterMetricFamily("strom_transactions_timed_out",
+                                  "Transactions aborted by this coordinator because they ran past their timeout.",
+                                  value=coord.timeouts)
+        states = GaugeMetricFamily("strom_transactional_ids", "Transactional ids known to this coordinator, by state.",
+                                   labels=["state"])
+        counts: dict[str, int] = {}
+        for meta in coord.shard.txns.values():
+            counts[meta.state.display] = counts.get(meta.state.display, 0) + 1
+        for state, n in sorted(counts.items()):
+            states.add_metric([state], n)
+        yield states
 
     def _replication(self) -> Iterator[Metric]:
         """Kafka's replica manager and controller gauges, named after their MBeans so dashboards and

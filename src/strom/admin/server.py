@@ -23,6 +23,8 @@ from prometheus_client.exposition import choose_encoder
 
 from strom.admin import api, snapshot
 from strom.admin.collector import make_registry
+from strom.admin.login import AdminLogin
+from strom.admin.login import middleware as login_middleware
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -38,9 +40,9 @@ SAMPLE_INTERVAL_S = 2.0
 SAMPLES_KEPT = 151  # five minutes of throughput history for the console's charts
 
 
-def _url(host: str, port: int) -> str:
+def _url(host: str, port: int, scheme: str = "http") -> str:
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"{scheme}://{shown}:{port}"
 
 
 @web.middleware
@@ -66,7 +68,16 @@ class AdminServer:
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
         self.history: deque[list[float]] = deque(maxlen=SAMPLES_KEPT)
-        app = web.Application(middlewares=[_guard], client_max_size=MAX_BODY_BYTES)
+        self.login = AdminLogin(broker)
+        # https:// admin listeners: the ssl.* settings, per listener as listener.name.admin.ssl.*
+        # (a missing or bad key stops the broker with one line naming it, as for Kafka listeners).
+        self.tls = None
+        if any(lst.name == "HTTPS" for lst in broker.config.admin_listeners):
+            from strom.security.listener_config import ListenerConfig
+            from strom.security.tls import server_context
+
+            self.tls = server_context(ListenerConfig(broker.config, "admin"))
+        app = web.Application(middlewares=[login_middleware(self.login), _guard], client_max_size=MAX_BODY_BYTES)
         app[api.BROKER_KEY] = broker
         app[api.HISTORY_KEY] = self.history
         app.router.add_get("/metrics", self.metrics)
@@ -99,9 +110,7 @@ class AdminServer:
 
     async def _listen(self, runner: web.AppRunner, listener: Listener) -> None:
         wanted = f"{listener.name.lower()}://{listener.host}:{listener.port}"
-        if listener.name == "HTTPS":
-            log.error("admin listener %s skipped: TLS for the admin listener is not supported yet", wanted)
-            return
+        tls = self.tls if listener.name == "HTTPS" else None
         family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
         try:
             sock = socket.create_server((listener.host, listener.port), family=family, backlog=128)
@@ -109,10 +118,10 @@ class AdminServer:
             log.error("admin listener %s could not be bound (%s); the broker runs without it", wanted,
                       e.strerror or e)
             return
-        site = web.SockSite(runner, sock)
+        site = web.SockSite(runner, sock, ssl_context=tls)
         await site.start()
         host, port = sock.getsockname()[:2]
-        url = _url(host, port)
+        url = _url(host, port, "https" if tls is not None else "http")
         self.addresses.append(url)
         log.info("admin listener ready on %s (metrics %s/metrics, console %s/)", url, url, url)
 

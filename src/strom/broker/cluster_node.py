@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from strom.cluster.controller import Controller
+from strom.cluster.zk_credentials import ZkCredentialStore
 from strom.cluster.zk_layout import BrokerRegistration
 from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
 from strom.replication.replica_manager import ReplicaManager
@@ -31,6 +32,7 @@ class ClusterNode:
         self.broker = broker
         self.store = ZkMetadataStore(cfg.zookeeper_connect, cfg.zookeeper_session_timeout_ms,
                                      cfg.zookeeper_connection_timeout_ms, cfg.broker_id)
+        self.credentials = ZkCredentialStore(self.store.zk)  # SCRAM users, cluster-wide
         self.controller: Controller | None = None
         self.replicas: ReplicaManager | None = None
 
@@ -40,6 +42,7 @@ class ClusterNode:
 
         broker = self.broker
         await self.store.run(self.store.connect, asyncio.get_running_loop())
+        await self.store.run(self.credentials.start)
         await asyncio.sleep(0)  # the cache updates queued by the first watches are applied now
         # Dynamic broker configs live in ZooKeeper (/config/brokers).
         broker.config = load_persisted(broker.config, self.store)

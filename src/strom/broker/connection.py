@@ -12,6 +12,7 @@ import collections
 import inspect
 import itertools
 import logging
+import struct
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,6 +20,8 @@ from strom.broker.context import QUOTA_EXEMPT, RequestContext
 from strom.protocol import splice, wire
 from strom.protocol.build import build
 from strom.protocol.splice import BlobSplicer
+from strom.security.authenticator import SaslAuthenticator
+from strom.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, subject_dn, user
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -28,6 +31,8 @@ _ids = itertools.count(1)
 
 # Requests in flight per connection before we stop reading from the socket (bounded memory).
 MAX_IN_FLIGHT = 100
+_SIZE = struct.Struct(">i")
+_SASL_APIS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 
 
 Outgoing = bytes | list[bytes | memoryview] | None  # a frame, a frame in pieces (spliced), or none
@@ -56,6 +61,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
+        # Security: None on PLAINTEXT/SSL listeners; on a SASL listener the state of its login, and
+        # until then frames are capped at sasl.server.max.receive.size.
+        security = broker.security.get(listener)
+        self.authenticator: SaslAuthenticator | None = None
+        # Who this connection acts as (the authorizer will check it): the SASL user, the mapped
+        # certificate subject on an SSL listener with client authentication, else User:ANONYMOUS.
+        self.principal: KafkaPrincipal = ANONYMOUS
+        self.principal_name = str(ANONYMOUS)  # its text, "User:alice", as requests carry it
+        self._authenticated = False
+        if security is not None and security.uses_sasl:
+            self.authenticator = SaslAuthenticator(security, broker.scram_credential)
+            self.decoder.max_frame = min(self.decoder.max_frame, security.max_receive)
 
     # asyncio.BufferedProtocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -64,6 +81,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None and self.authenticator is None:
+            self._principal_from_certificate(ssl_object)
+
+    def _principal_from_certificate(self, ssl_object: Any) -> None:
+        """SSL listener: a client certificate names the principal (ssl.principal.mapping.rules)."""
+        der = ssl_object.getpeercert(binary_form=True)
+        mapper = self.broker.security[self.listener].principal_mapper
+        if der is None or mapper is None:
+            return
+        dn = subject_dn(der)
+        try:
+            self._set_principal(user(mapper.name_for(dn)))
+        except NoMatchingRule as e:
+            self.close(str(e))
+            return
+        log.info("connection %s from %s on listener %s authenticated as %s (certificate %s)",
+                 self.id, self.peer, self.listener, self.principal, dn)
+
+    def _set_principal(self, principal: KafkaPrincipal) -> None:
+        self.principal, self.principal_name = principal, str(principal)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -80,7 +118,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except wire.FrameTooLarge as e:
-            self.close(str(e))
+            if self.authenticator is not None and not self._authenticated:
+                self.close(f"a frame larger than sasl.server.max.receive.size={self.decoder.max_frame} "
+                           "before SASL authentication")
+            else:
+                self.close(str(e))
             return
         for frame in frames:
             if self._closed:
@@ -99,6 +141,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # request processing
     def _dispatch(self, frame: bytes | bytearray) -> None:
+        auth = self.authenticator
+        if auth is not None and auth.raw_tokens:
+            self._raw_token(auth, frame)
+            return
         try:
             prefix = wire.read_prefix(frame)
         except wire.BadRequest as e:
@@ -107,6 +153,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         handler = self.broker.handlers.get(prefix.api_key)
         if handler is None:
             self.close(f"unknown api key {prefix.api_key}")
+            return
+        if auth is not None and not auth.allows(prefix.api_key):
+            # Not served, not even answered: Kafka closes an unauthenticated (or expired) session.
+            why = "after the SASL session expired" if auth.principal is not None else "before SASL authentication"
+            self.close(f"{handler.name} request {why} on listener {self.listener}")
             return
         if not handler.min_version <= prefix.api_version <= handler.max_version:
             if prefix.api_key == wire.API_VERSIONS_KEY:
@@ -123,13 +174,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(str(e))
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
-                             self.peer.rsplit(":", 1)[0], self.id, self.listener, size=len(frame))
+                             self.peer.rsplit(":", 1)[0], self.id, self.listener, self.principal_name, auth,
+                             size=len(frame))
         started = self.broker.metrics.clock()
         try:
             result = handler.handle(self.broker, ctx, request)
             if not inspect.isawaitable(result):
                 # Answered without waiting: no Task, the response is queued on this loop turn.
                 self._complete_now(self._respond(ctx, result, started))
+                if auth is not None and prefix.api_key in _SASL_APIS:
+                    self._after_sasl_step(auth)
                 return
         except Exception as exc:
             self._failed(exc)
@@ -193,6 +247,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._throttled_until = 0.0
         if not self._paused and self.transport is not None and not self._closed:
             self.transport.resume_reading()
+
+    def _raw_token(self, auth: SaslAuthenticator, frame: bytes | bytearray) -> None:
+        """After a v0 SaslHandshake the tokens travel as bare size-prefixed frames."""
+        result = auth.authenticate(bytes(frame))
+        if result.error_code == 0:
+            self._complete_now(_SIZE.pack(len(result.auth_bytes)) + result.auth_bytes)
+        self._after_sasl_step(auth)
+
+    def _after_sasl_step(self, auth: SaslAuthenticator) -> None:
+        if auth.failed:
+            self.close(f"SASL authentication failed on listener {self.listener}")  # the answer is sent first
+        elif auth.principal is not None and not self._authenticated:
+            self._authenticated = True
+            self._set_principal(auth.principal)  # re-authentication keeps it (the authenticator checks)
+            self.decoder.max_frame = self.broker.config.socket_request_max_bytes
+            log.info("connection %s from %s on listener %s authenticated as %s", self.id, self.peer,
+                     self.listener, auth.principal)
 
     def _complete_now(self, data: Outgoing) -> None:
         self._pending.append(_Slot(data, ready=True))

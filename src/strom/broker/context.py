@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from strom.security.authenticator import SaslAuthenticator
 
 # A handler sets this key in its result for a response no client quota counts (a follower's fetch,
 # as Kafka exempts replication); the connection removes it before encoding.
@@ -20,6 +24,9 @@ class RequestContext:
     # The listener the connection was accepted on: Metadata and FindCoordinator answer with each
     # broker's endpoint on this listener, as Kafka does ("" when unknown: the inter-broker one).
     listener: str = ""
-    # Who sent it, as Kafka names principals ("User:alice"); authorization decides on it.
+    # Who sent it, as Kafka names principals ("User:alice"): the text of the connection's
+    # KafkaPrincipal (security/principal.py); authorization decides on it.
     principal: str = "User:ANONYMOUS"
+    # The connection's SASL state on a SASL listener (SaslHandshake and SaslAuthenticate act on it).
+    session: SaslAuthenticator | None = None
     size: int = 0  # the request's frame, bytes (a produce's size counts against its byte-rate quota)

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,14 @@ from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
+from strom.broker.txn_markers import write_markers
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.coordinator.runtime import GroupCoordinatorRuntime
+from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
+from strom.security import listener as listener_security
+from strom.security.client import inter_broker as inter_broker_client
+from strom.security.credentials import CredentialStore, FileCredentialStore
+from strom.security.scram import ScramCredential
 from strom.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -40,6 +47,9 @@ class Broker:
         from strom.config import log_config_for
 
         self.config = config
+        # First: a security setting that cannot be honoured stops the broker before it touches disk.
+        self.security = listener_security.build(config)
+        self.inter_broker_security = inter_broker_client(config)  # how replica fetchers connect
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
         self.connections: set[KafkaConnection] = set()
@@ -59,6 +69,8 @@ class Broker:
         else:
             self.metadata = LocalMetadataStore(log_dirs[0])
             self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
+        self.credentials: CredentialStore = (self.cluster.credentials if self.cluster is not None
+                                             else FileCredentialStore(log_dirs[0]))
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
         self.topics = TopicManager(self)
         self.maintenance = LogMaintenance(self)  # retention and the log cleaner
@@ -72,6 +84,9 @@ class Broker:
         self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
         self.metrics = BrokerMetrics()
         self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.credentials.get(user, mechanism)
 
     # ApiVersions is needed by the connection for the fallback answer, so it lives here.
     def api_versions_body(self, error_code: int = 0) -> dict[str, Any]:
@@ -98,12 +113,19 @@ class Broker:
             self.cluster.take_up_partitions()
         self.group_coordinator = GroupCoordinatorRuntime(self)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
+        self.txn_coordinator = TransactionCoordinatorRuntime(self, functools.partial(write_markers, self))
+        await self.txn_coordinator.start()  # replays __transaction_state, resumes unfinished commits
         await self.maintenance.start()  # after the replay, which reads logs from threads
         for listener in self.config.listeners:
             # Each connection knows its listener: clients are told that listener's addresses.
+            # TLS listeners: the event loop's TLS (OpenSSL through the ssl module) wraps the socket;
+            # the connection sees plain frames once the handshake is done.
             server = await loop.create_server(functools.partial(KafkaConnection, self, listener.name),
                                               listener.host or "0.0.0.0", listener.port,
-                                              reuse_address=True, backlog=1024)
+                                              reuse_address=True, backlog=1024,
+                                              ssl=self.security[listener.name].ssl_context,
+                                              ssl_handshake_timeout=10.0 if self.security[listener.name].uses_tls
+                                              else None)
             self._servers.append(server)
         self.advertised = {name: BrokerInfo(self.config.broker_id, host, port, self.config.broker_rack)
                            for name, host, port in self._bound_endpoints()}
@@ -114,8 +136,13 @@ class Broker:
         self.spawn(self._checkpoint_loop())
         ports = ",".join(str(s.sockets[0].getsockname()[1]) for s in self._servers)
         log.info("strom broker %d ready: listening on %s (port %s), log.dirs=%s",
-                 self.config.broker_id, ",".join(f"{lst.name}://{lst.host}:{lst.port}" for lst in self.config.listeners),
+                 self.config.broker_id, ",".join(self._describe(lst) for lst in self.config.listeners),
                  ports, ",".join(str(d) for d in self.config.log_dirs))
+
+    def _describe(self, listener: Any) -> str:
+        protocol = self.security[listener.name].protocol
+        text = f"{listener.name}://{listener.host}:{listener.port}"
+        return text if protocol == listener.name else f"{text} ({protocol})"
 
     def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1) -> tuple[PartitionLog | None, int, int]:
         """(log, error, leader epoch) of a partition this broker leads; (None, Kafka's error, -1)
@@ -194,6 +221,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        await self.txn_coordinator.stop()
         await self.group_coordinator.stop()
         await self.maintenance.stop()
         for task in list(self._background):
@@ -212,13 +240,22 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
-    from strom.cluster.zk_store import ZooKeeperUnavailable
+    from strom.config import ConfigError
 
-    broker = Broker(config)
-    if setup is not None:
-        setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
+    zk_errors: tuple[type[Exception], ...] = ()
+    if config.zookeeper_connect:  # kazoo only for a broker of a cluster (~50 ms of a broker's start)
+        from strom.cluster.zk_store import ZooKeeperUnavailable
+
+        zk_errors = (ZooKeeperUnavailable,)
+    try:
+        broker = Broker(config)
+        if setup is not None:
+            setup(broker)  # e.g. strom.admin.server.attach: layers above the broker add their services
+    except ConfigError as e:
+        print(f"strom: {e}", file=sys.stderr, flush=True)  # one line naming the key, as for a bad file
+        raise SystemExit(2) from None
     try:
         runner(broker.serve_forever())
-    except ZooKeeperUnavailable as e:
+    except zk_errors as e:
         log.error("zookeeper.connect: %s", e)
         raise SystemExit(2) from None

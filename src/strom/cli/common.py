@@ -137,10 +137,6 @@ class ClientOptions:
     properties: dict[str, str] = field(default_factory=dict)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
 
-    @property
-    def plaintext(self) -> bool:
-        return self.properties.get("security.protocol", "plaintext").lower() == "plaintext"
-
 
 def parse_key_value(text: str, option: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
@@ -269,7 +265,28 @@ def base_config(opts: ClientOptions, **overrides: Any) -> dict[str, Any]:
     }
     config.update(overrides)
     config.update(opts.properties)
-    return config
+    return java_style_properties(config)
+
+
+def raw_security(opts: ClientOptions) -> Any:
+    """TLS and SASL settings of -X for the CLI's raw connections (cli/raw_connection.py)."""
+    from strom.security.client_properties import client_security
+
+    try:
+        return client_security(opts.properties)
+    except (ValueError, OSError) as e:
+        raise Failure(f"-X {e}") from None
+
+
+def java_style_properties(config: dict[str, Any]) -> dict[str, Any]:
+    """Security settings written for Kafka's Java client (sasl.jaas.config, PEM truststore/keystore
+    locations) in librdkafka's terms; one-line failure for what cannot be used."""
+    from strom.security.client_properties import librdkafka_properties
+
+    try:
+        return librdkafka_properties(config)
+    except ValueError as e:
+        raise Failure(f"-X {e}") from None
 
 
 def admin_client(opts: ClientOptions) -> Any:

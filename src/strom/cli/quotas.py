@@ -24,6 +24,7 @@ from strom.cli.common import (
     client_options,
     connection_options,
     out_console,
+    raw_security,
 )
 from strom.cli.raw_connection import RawConnection
 
@@ -61,12 +62,11 @@ def _entity(user: str | None, user_defaults: bool, client_id: str | None,
 
 
 def _connect(opts: ClientOptions) -> RawConnection:
-    if not opts.plaintext:
-        raise Failure("quotas needs a PLAINTEXT listener (no client library has the quota APIs)")
+    security = raw_security(opts)  # no client library has the quota APIs: TLS and SASL are ours
     reasons = []
     for host, port in bootstrap_addresses(opts.bootstrap):
         try:
-            return RawConnection(host, port, opts.connect_timeout)
+            return RawConnection(host, port, opts.connect_timeout, security)
         except OSError as e:
             reasons.append(str(e))
     raise Failure(f"cannot reach broker at {opts.bootstrap} ({'; '.join(reasons)})")

@@ -14,7 +14,15 @@ from typing import Any
 
 import click
 
-from strom.cli.common import ClientOptions, Failure, admin_client, client_options, fetch_metadata, note
+from strom.cli.common import (
+    ClientOptions,
+    Failure,
+    admin_client,
+    client_options,
+    fetch_metadata,
+    note,
+    raw_security,
+)
 from strom.cli.raw_connection import RawConnection
 
 ALTER_PARTITION_REASSIGNMENTS = 45
@@ -22,15 +30,13 @@ LIST_PARTITION_REASSIGNMENTS = 46
 
 
 def _controller(opts: ClientOptions) -> RawConnection:
-    if not opts.plaintext:
-        raise Failure("reassign needs a PLAINTEXT listener (it talks to the controller directly)")
     admin = admin_client(opts)
     md = fetch_metadata(admin, opts)
     broker = md.brokers.get(md.controller_id)
     if broker is None:
         raise Failure("the cluster has no controller right now; try again")
     try:
-        return RawConnection(broker.host, broker.port, opts.connect_timeout)
+        return RawConnection(broker.host, broker.port, opts.connect_timeout, raw_security(opts))
     except OSError as e:
         raise Failure(f"cannot reach the controller (broker {md.controller_id}) at {broker.host}:{broker.port}: "
                       f"{e}") from None

@@ -24,6 +24,7 @@ from strom.cli.common import (
     note,
     out_console,
     parse_key_values,
+    raw_security,
     topic_metadata,
 )
 from strom.cli.raw_connection import RawConnection
@@ -165,13 +166,13 @@ def _describe_log_dirs_version(conn: RawConnection) -> int | None:
 
 
 def _broker_log_dir_sizes(host: str, port: int, topic: str, partitions: list[int],
-                          timeout: float) -> dict[int, int] | None:
+                          timeout: float, security: Any = None) -> dict[int, int] | None:
     """Partition sizes in bytes as one broker reports them, or None if it cannot say."""
     from kio.index import load_request_schema
 
     try:
-        conn = RawConnection(host, port, timeout)
-    except OSError:
+        conn = RawConnection(host, port, timeout, security)
+    except OSError:  # (an ssl.SSLError too)
         return None
     try:
         version = _describe_log_dirs_version(conn)
@@ -203,8 +204,7 @@ def _broker_log_dir_sizes(host: str, port: int, topic: str, partitions: list[int
 
 def _sizes(md: Any, tmd: Any, opts: ClientOptions) -> dict[int, int] | None:
     """Size of each partition on its leader, through DescribeLogDirs; None when no broker gives sizes."""
-    if not opts.plaintext:
-        return None
+    security = raw_security(opts)
     by_leader: dict[int, list[int]] = {}
     for p in tmd.partitions.values():
         if p.leader >= 0:
@@ -215,7 +215,8 @@ def _sizes(md: Any, tmd: Any, opts: ClientOptions) -> dict[int, int] | None:
         broker = md.brokers.get(leader)
         if broker is None:
             continue
-        got = _broker_log_dir_sizes(broker.host, broker.port, tmd.topic, sorted(parts), opts.connect_timeout)
+        got = _broker_log_dir_sizes(broker.host, broker.port, tmd.topic, sorted(parts), opts.connect_timeout,
+                                    security)
         if got is None:
             continue
         answered = True

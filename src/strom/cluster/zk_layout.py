@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,8 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"  # SCRAM credentials (and, in Kafka, user quotas) per user
+CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # strom's own: a broker in a controlled shutdown (SIGTERM) says so here (ephemeral), and the
@@ -39,7 +42,7 @@ CONTROLLED_SHUTDOWN = "/strom/controlled_shutdown"
 DEFAULT_BROKER_CONFIG = "<default>"  # Kafka's name for the cluster-wide broker config resource
 
 # The paths every cluster needs before anything else happens (Kafka's ZkData.PersistentZkPaths).
-PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers",
+PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers", CONFIG_USERS,
                     "/config/changes", "/admin/delete_topics", "/cluster", CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1
@@ -77,6 +80,25 @@ def topic_config_path(topic: str) -> str:
 def broker_config_path(resource_name: str) -> str:
     """"" (the cluster-wide defaults) is Kafka's <default> node."""
     return f"{CONFIG_BROKERS}/{resource_name or DEFAULT_BROKER_CONFIG}"
+
+
+def sanitize(name: str) -> str:
+    """An entity name (user, client id) as a znode name, URL-encoded as Kafka's Sanitizer does;
+    <default> stays as it is."""
+    return name if name == DEFAULT_BROKER_CONFIG else urllib.parse.quote(name, safe="")
+
+
+def desanitize(name: str) -> str:
+    return name if name == DEFAULT_BROKER_CONFIG else urllib.parse.unquote(name)
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{sanitize(user)}"
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """Kafka's change notification (/config/changes/config_change_<seq>): which entity changed."""
+    return _dump({"version": 2, "entity_path": entity_path})
 
 
 def delete_topic_path(topic: str) -> str:

@@ -271,6 +271,10 @@ class BrokerConfig:
     ssl_enabled_protocols: list[str]
     ssl_protocol: str
     ssl_endpoint_identification_algorithm: str
+    ssl_cipher_suites: list[str]
+    ssl_principal_mapping_rules: str
+    connections_max_reauth_ms: int
+    sasl_server_max_receive_size: int
     sasl_enabled_mechanisms: list[str]
     sasl_mechanism_inter_broker_protocol: str
     sasl_jaas_config: str | None = field(repr=False)

@@ -8,7 +8,7 @@ what the log holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
@@ -39,6 +39,9 @@ class OffsetManager:
         self.config = config
         self.groups = groups
         self.classic = classic
+        # Transactional offset commits not decided yet (Kafka's pendingTransactionalOffsetCommits):
+        # producer id -> group -> partition -> offset. A COMMIT marker moves them into the groups.
+        self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     # ------------------------------------------------------------------ OffsetCommit
 
@@ -77,17 +80,61 @@ class OffsetManager:
             res.records.append(offset_record(req.group_id, p.topic, p.partition, value, replay=True))
             results.append(PartitionError(p.topic, p.partition, E.none))
         res.reply(token, results)
-
-        def failed(now_ms: int, error_code: int) -> CoordinatorResult:
-            out = CoordinatorResult()
-            out.reply(token, [r if r.error is not E.none else PartitionError(r.topic, r.partition, E(error_code))
-                              for r in results])
-            return out
-
-        res.on_failure = failed
+        res.on_failure = _failed_writes(token, results)
         if not res.records:
             self.classic.drop_if_unused(group)
         return res
+
+    # ------------------------------------------------------------------ TxnOffsetCommit
+
+    def txn_commit(self, now: int, token: Token, req: OffsetCommitRequestData, producer_id: int,
+                   producer_epoch: int) -> CoordinatorResult:
+        """Offsets written in the producer's transaction; the group sees them when it commits."""
+        res = CoordinatorResult()
+        group = self.groups.get(req.group_id)
+        if group is not None and group.members and req.generation_id >= 0:
+            error = validate_offset_commit(group, req.member_id, req.group_instance_id, req.generation_id)
+            if error is not None:
+                res.reply(token, [PartitionError(p.topic, p.partition, error) for p in req.partitions])
+                return res
+        results: list[PartitionError] = []
+        for p in req.partitions:
+            if len((p.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
+                results.append(PartitionError(p.topic, p.partition, E.offset_metadata_too_large))
+                continue
+            value = rec.OffsetCommitValue(p.offset, p.leader_epoch, p.metadata or "", now)
+            record = offset_record(req.group_id, p.topic, p.partition, value, replay=True)
+            res.records.append(Record(record.group_id, record.key, record.value, True, producer_id, producer_epoch))
+            results.append(PartitionError(p.topic, p.partition, E.none))
+        res.reply(token, results)
+        res.on_failure = _failed_writes(token, results)
+        return res
+
+    def replay_pending(self, producer_id: int, key: rec.OffsetCommitKey, value: rec.OffsetCommitValue | None) -> None:
+        if value is None:
+            return
+        by_group = self.pending_txn.setdefault(producer_id, {})
+        by_group.setdefault(key.group, {})[(key.topic, key.partition)] = OffsetAndMetadata(
+            value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp)
+
+    def complete_txn(self, producer_id: int, commit: bool, in_partition: Callable[[str], bool]) -> None:
+        """The transaction's marker reached the partition holding these groups: apply or drop."""
+        by_group = self.pending_txn.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if in_partition(g)]:
+            offsets = by_group.pop(group_id)
+            if not commit:
+                continue
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=-1)
+            group.offsets.update(offsets)
+        if not by_group:
+            del self.pending_txn[producer_id]
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        return any(tp in by_group.get(group_id, {}) for by_group in self.pending_txn.values())
 
     def replay(self, key: rec.OffsetCommitKey, value: rec.OffsetCommitValue | None, now: int) -> None:
         tp = (key.topic, key.partition)
@@ -105,15 +152,20 @@ class OffsetManager:
 
     # ------------------------------------------------------------------ OffsetFetch
 
-    def fetch(self, group_id: str, partitions: list[TopicPartition] | None) -> list[FetchedOffset]:
-        """Committed offsets (-1 where none); ``partitions`` None means all the group has."""
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None,
+              require_stable: bool = False) -> list[FetchedOffset]:
+        """Committed offsets (-1 where none); ``partitions`` None means all the group has. With
+        ``require_stable`` a partition with a transactional commit not yet decided answers
+        UNSTABLE_OFFSET_COMMIT (the client asks again)."""
         group = self.groups.get(group_id)
         offsets = {} if group is None or group.is_in(S.DEAD) else group.offsets
         wanted = sorted(offsets) if partitions is None else partitions
         out = []
         for topic, partition in wanted:
             o = offsets.get((topic, partition))
-            if o is None:
+            if require_stable and self.pending_txn and self.has_pending(group_id, (topic, partition)):
+                out.append(FetchedOffset(topic, partition, error=E.unstable_offset_commit))
+            elif o is None:
                 out.append(FetchedOffset(topic, partition))
             else:
                 out.append(FetchedOffset(topic, partition, o.offset, o.leader_epoch, o.metadata))
@@ -213,6 +265,18 @@ class OffsetManager:
             # A group used only for offset storage: each offset expires on its own.
             return [tp for tp, o in group.offsets.items() if _is_expired(now, o, o.commit_timestamp, retention)]
         return []
+
+
+def _failed_writes(token: Token, results: list[PartitionError]) -> Callable[[int, int], CoordinatorResult]:
+    """A commit whose records could not be written: the partitions that were to be written get the
+    write's error, the others keep theirs."""
+    def failed(now_ms: int, error_code: int) -> CoordinatorResult:
+        out = CoordinatorResult()
+        out.reply(token, [r if r.error is not E.none else PartitionError(r.topic, r.partition, E(error_code))
+                          for r in results])
+        return out
+
+    return failed
 
 
 def _is_expired(now: int, o: OffsetAndMetadata, base_ts: int, retention_ms: int) -> bool:

@@ -145,6 +145,9 @@ class _Reader:
         self.pos += n
         return out
 
+    def int8(self) -> int:
+        return int(struct.unpack(">b", self._take(1))[0])
+
     def int16(self) -> int:
         return int(struct.unpack(">h", self._take(2))[0])
 
@@ -271,3 +274,8 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's GroupMetadataManager.partitionFor: Utils.abs(groupId.hashCode) % partitions."""
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+# The writer and reader are shared with the other coordinators' record formats (__transaction_state).
+Writer = _Writer
+Reader = _Reader

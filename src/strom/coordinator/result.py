@@ -22,6 +22,8 @@ class Record:
     key: bytes
     value: bytes | None  # None: tombstone
     replay: bool = False
+    producer_id: int = -1  # a transactional offset commit: written in the producer's transaction
+    producer_epoch: int = -1
 
 
 @dataclass

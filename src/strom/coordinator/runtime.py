@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import defaultdict
@@ -44,10 +43,19 @@ from strom.coordinator.api import (
 from strom.coordinator.config import GroupConfig
 from strom.coordinator.group import Token, TopicPartition
 from strom.coordinator.result import CoordinatorResult, Record
+from strom.coordinator.runtime_io import (
+    Leadership,
+    Wait,
+    append_batch,
+    flush_logs,
+    replay_partition,
+    wait_replicated,
+)
 from strom.coordinator.shard import GroupCoordinatorShard
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
 from strom.records import codec
+from strom.records.control import read_marker
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -56,7 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.coordinator")
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-_LOAD_CHUNK_BYTES = 1 << 20
 _MAX_TICK_SLEEP_S = 1.0
 
 
@@ -74,8 +81,8 @@ class GroupCoordinatorRuntime:
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None
         # In a cluster: the __consumer_offsets partitions loaded here (-> leader epoch) and loading.
-        self.owned: dict[int, int] = {}
-        self.loading: dict[int, int] = {}
+        self.leadership = Leadership(broker, GROUP_METADATA_TOPIC_NAME, self._load_owned, self._owned_loaded,
+                                     self._unload)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -94,11 +101,7 @@ class GroupCoordinatorRuntime:
         records = 0
         replicas = self.broker.replicas
         if replicas is not None:
-            # A cluster: load what this broker leads now, and follow leadership from here on.
-            replicas.leadership_listeners.append(self._leadership_changed)
-            for part in list(replicas.partitions.values()):
-                if part.topic == GROUP_METADATA_TOPIC_NAME and part.is_leader:
-                    self._leadership_changed(part.topic, part.partition, part.leader_epoch)
+            self.leadership.follow()
         else:
             topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
             if topic is not None:
@@ -114,46 +117,26 @@ class GroupCoordinatorRuntime:
 
     # ------------------------------------------------------------------ leadership (cluster)
 
-    def _leadership_changed(self, topic: str, partition: int, leader_epoch: int) -> None:
-        """From the replica manager: this broker leads ``partition`` at ``leader_epoch`` (>= 0), or
-        no longer leads it (-1)."""
-        if topic != GROUP_METADATA_TOPIC_NAME:
-            return
-        if leader_epoch < 0:
-            self.loading.pop(partition, None)
-            if self.owned.pop(partition, None) is not None:
-                self._unload(partition)
-            return
-        if self.owned.get(partition) == leader_epoch or self.loading.get(partition) == leader_epoch:
-            return
-        if self.owned.pop(partition, None) is not None:
-            self._unload(partition)
-        self.loading[partition] = leader_epoch
-        self.broker.spawn(self._load_owned(partition, leader_epoch))
-
-    async def _load_owned(self, partition: int, leader_epoch: int) -> None:
+    async def _load_owned(self, partition: int) -> tuple[int, int, float]:
+        """Replay a partition this broker now leads: (groups, records, start time); on failure the
+        groups it read are dropped (the load is retried)."""
         started = time.monotonic()
         plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
         before = set(self.shard.groups)
         try:
             records = await self._load_partition(plog) if plog is not None else 0
         except Exception:
-            # Never leave the partition "loading" for good: drop what was read and try again.
-            log.exception("group coordinator: loading %s-%d failed; retrying", GROUP_METADATA_TOPIC_NAME, partition)
             for group_id in set(self.shard.groups) - before:
                 self.shard.groups.pop(group_id, None)
-            await asyncio.sleep(1.0)
-            if self.loading.get(partition) == leader_epoch:
-                self.broker.spawn(self._load_owned(partition, leader_epoch))
-            return
-        if self.loading.get(partition) != leader_epoch:
-            return  # the leadership moved on while loading
-        del self.loading[partition]
-        self.owned[partition] = leader_epoch
+            raise
+        return len(set(self.shard.groups) - before), records, started
+
+    def _owned_loaded(self, partition: int, leader_epoch: int, result: tuple[int, int, float]) -> None:
+        groups, records, started = result
         self.shard.loaded(self.clock())
         self._wakeup.set()
         log.info("group coordinator: loaded %s-%d at leader epoch %d (%d groups, %d records) in %.0f ms",
-                 GROUP_METADATA_TOPIC_NAME, partition, leader_epoch, len(set(self.shard.groups) - before), records,
+                 GROUP_METADATA_TOPIC_NAME, partition, leader_epoch, groups, records,
                  (time.monotonic() - started) * 1000)
 
     def _unload(self, partition: int) -> None:
@@ -175,10 +158,7 @@ class GroupCoordinatorRuntime:
             return E.coordinator_not_available
         if self.broker.replicas is None:
             return E.none
-        p = self.partition_for(group_id)
-        if p in self.loading:
-            return E.coordinator_load_in_progress
-        return E.none if p in self.owned else E.not_coordinator
+        return self.leadership.error_for(self.partition_for(group_id))
 
     async def stop(self) -> None:
         self.loaded = False
@@ -188,40 +168,31 @@ class GroupCoordinatorRuntime:
             self._ticker = None
 
     async def _load_partition(self, plog: PartitionLog) -> int:
-        """Replay one partition from its log start to its end; the reads run in a thread."""
-        loop = asyncio.get_running_loop()
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
-        max_bytes = _LOAD_CHUNK_BYTES
+        """Replay one partition from its log start to its end. Transactional offset commits wait in
+        the shard until their transaction's marker says commit (or abort)."""
         count = 0
         now = self.clock()
-        while offset < end:
-            # Up to the log end, not the high watermark: a new leader's high watermark lags behind
-            # records the old leader already had acknowledged (followers learn it one fetch later).
-            data = await loop.run_in_executor(None, functools.partial(plog.read, offset, max_bytes, max_offset=end))
-            data = bytes(data) if data else b""
-            next_offset = offset
-            for header in _complete_batches(data):
-                if header.next_offset <= offset:
+        partition = plog.partition
+
+        def on_batch(data: bytes, header: rb.BatchHeader, from_offset: int) -> None:
+            nonlocal count
+            if header.is_control:
+                marker = read_marker(data, header)
+                if marker is not None:
+                    self._complete_txn(partition, header.producer_id, marker.is_commit)
+                return
+            pid = header.producer_id if header.is_transactional else -1
+            for record in codec.iter_records(data, header):
+                if record.offset < from_offset or record.key is None:
                     continue
-                next_offset = header.next_offset
-                if header.is_control:
-                    continue
-                for record in codec.iter_records(data, header):
-                    if record.offset < offset or record.key is None:
-                        continue
-                    try:
-                        self.shard.replay(record.key, record.value, now)
-                        count += 1
-                    except rec.RecordFormatError as e:
-                        log.warning("skipping unreadable record at %s-%d offset %d: %s", plog.topic,
-                                    plog.partition, record.offset, e)
-            if next_offset == offset:
-                if len(data) < max_bytes:
-                    break  # nothing more to read (a gap at the end, or the log shrank)
-                max_bytes *= 2  # a batch larger than the chunk: read more at once
-                continue
-            offset = next_offset
+                try:
+                    self.shard.replay(record.key, record.value, now, producer_id=pid)
+                    count += 1
+                except rec.RecordFormatError as e:
+                    log.warning("skipping unreadable record at %s-%d offset %d: %s", plog.topic,
+                                plog.partition, record.offset, e)
+
+        await replay_partition(plog, on_batch)
         return count
 
     def _ensure_topic(self) -> None:
@@ -268,11 +239,10 @@ class GroupCoordinatorRuntime:
                 now = self.clock()
                 for r in res.records:
                     if r.replay:
-                        self.shard.replay(r.key, r.value, now)
+                        self.shard.replay(r.key, r.value, now, producer_id=r.producer_id)
                 if to_flush:
-                    loop = asyncio.get_running_loop()
                     try:
-                        await asyncio.gather(*(loop.run_in_executor(None, p.flush) for p in to_flush))
+                        await flush_logs(to_flush)
                     except Exception as e:
                         log.error("could not flush %s: %s", GROUP_METADATA_TOPIC_NAME, e)
         for token, value in res.replies:
@@ -280,50 +250,32 @@ class GroupCoordinatorRuntime:
             if not token.done():
                 token.set_result(value)
 
-    def _append(self, records: list[Record]) -> tuple[list[PartitionLog], list[tuple[Any, int, dict[str, Any]]]]:
-        """Append the records, one batch per partition. Returns the logs that want a flush now and,
-        in a cluster, what to wait for: (partition, end offset, result) for the ISR to have."""
+    def _append(self, records: list[Record]) -> tuple[list[PartitionLog], list[Wait]]:
+        """Append the records, one batch per partition (and per producer, for transactional offset
+        commits). Returns the logs that want a flush now and, in a cluster, what to wait for."""
         self._ensure_topic()
-        by_partition: dict[int, list[Record]] = defaultdict(list)
+        by_batch: dict[tuple[int, int, int], list[Record]] = defaultdict(list)
         for r in records:
-            by_partition[self.partition_for(r.group_id)].append(r)
+            by_batch[(self.partition_for(r.group_id), r.producer_id, r.producer_epoch)].append(r)
         now = self.clock()
         to_flush = []
-        waits: list[tuple[Any, int, dict[str, Any]]] = []
-        replicas = self.broker.replicas
-        for partition, recs in sorted(by_partition.items()):
-            epoch = 0
-            part = None
-            if replicas is None:
-                plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
-            else:
-                part, _ = replicas.leader_partition(GROUP_METADATA_TOPIC_NAME, partition)
-                plog = part.log if part is not None else None
-                epoch = part.leader_epoch if part is not None else 0
-            if plog is None:
-                raise RuntimeError(f"this broker does not lead {GROUP_METADATA_TOPIC_NAME}-{partition}")
-            buf = bytearray(codec.build_batch([(r.key, r.value) for r in recs], timestamp_ms=now))
-            plog.append(buf, rb.iter_batches(buf), leader_epoch=epoch)
-            self.broker.purgatory.notify((GROUP_METADATA_TOPIC_NAME, partition))
+        waits: list[Wait] = []
+        for (partition, pid, epoch), recs in sorted(by_batch.items()):
+            # Kafka writes a transactional offset commit with the producer's id and epoch, no sequence.
+            buf = bytearray(codec.build_batch([(r.key, r.value) for r in recs], timestamp_ms=now, producer_id=pid,
+                                              producer_epoch=epoch,
+                                              attributes_extra=rb.TRANSACTIONAL_MASK if pid >= 0 else 0))
+            plog, wait = append_batch(self.broker, GROUP_METADATA_TOPIC_NAME, partition, buf)
             if plog.needs_flush():
                 to_flush.append(plog)
-            if part is not None:
-                assert replicas is not None
-                replicas.appended(part)
-                waits.append((part, plog.log_end_offset, {"error_code": E.none}))
+            if wait is not None:
+                waits.append(wait)
         return to_flush, waits
 
-    async def _wait_replicated(self, waits: list[tuple[Any, int, dict[str, Any]]]) -> E:
-        """Until the ISR has the records (offsets.commit.timeout.ms at most). Kafka's mapping of
-        what can go wrong: a lost leadership is NOT_COORDINATOR, the rest COORDINATOR_NOT_AVAILABLE."""
-        replicas = self.broker.replicas
-        assert replicas is not None
+    async def _wait_replicated(self, waits: list[Wait]) -> E:
+        """Until the ISR has the records (offsets.commit.timeout.ms at most)."""
         timeout_s = int(getattr(self.broker.config, "offsets_commit_timeout_ms", 5000)) / 1000
-        await replicas.wait_for_acks(waits, timeout_s, {})
-        errors = {result["error_code"] for _, _, result in waits} - {E.none}
-        if not errors:
-            return E.none
-        return E.not_coordinator if E.not_leader_or_follower in errors else E.coordinator_not_available
+        return await wait_replicated(self.broker, waits, timeout_s)
 
     async def _call(self, op: Callable[[int, Token], CoordinatorResult]) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -366,8 +318,29 @@ class GroupCoordinatorRuntime:
         result: list[PartitionError] = await self._call(lambda now, t: self.shard.commit_offsets(now, t, req))
         return result
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> list[FetchedOffset]:
-        return self.shard.fetch_offsets(group_id, partitions)
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
+                      require_stable: bool = False) -> list[FetchedOffset]:
+        return self.shard.fetch_offsets(group_id, partitions, require_stable)
+
+    async def txn_commit_offsets(self, req: OffsetCommitRequestData, producer_id: int,
+                                 producer_epoch: int) -> list[PartitionError]:
+        """TxnOffsetCommit: written now, visible to the group once the transaction commits. A producer
+        older than the epoch the partition knows (its transaction was aborted and it was fenced, by a
+        new instance or a timeout) is refused: its offsets would wait for a marker that never comes."""
+        plog, _error, _epoch = self.broker.leader_log(GROUP_METADATA_TOPIC_NAME, self.partition_for(req.group_id))
+        entry = plog.producer_state.producers.get(producer_id) if plog is not None else None
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            return [PartitionError(p.topic, p.partition, E.producer_fenced) for p in req.partitions]
+        result: list[PartitionError] = await self._call(
+            lambda now, t: self.shard.txn_commit_offsets(now, t, req, producer_id, producer_epoch))
+        return result
+
+    def on_txn_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker was written to one of our __consumer_offsets partitions."""
+        self._complete_txn(partition, producer_id, commit)
+
+    def _complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        self.shard.offsets.complete_txn(producer_id, commit, lambda g: self.partition_for(g) == partition)
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[TopicPartition]) -> tuple[E, list[PartitionError]]:
@@ -388,12 +361,6 @@ class GroupCoordinatorRuntime:
     def find_coordinator(self) -> None:
         """FindCoordinator for a group: like Kafka, this is when __consumer_offsets gets created."""
         self._ensure_topic()
-
-
-def _complete_batches(data: bytes) -> list[rb.BatchHeader]:
-    """The whole batches at the start of ``data`` (a read may end inside a batch)."""
-    end = rb.whole_batches_end(data)
-    return rb.iter_batches(data[:end]) if end else []
 
 
 def coordinator_of(broker: Any) -> GroupCoordinatorRuntime | None:

@@ -45,11 +45,16 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ loading
 
-    def replay(self, key: bytes, value: bytes | None, now: int) -> None:
-        """Apply one __consumer_offsets record (at load, and after appending an offset commit)."""
+    def replay(self, key: bytes, value: bytes | None, now: int, producer_id: int = -1) -> None:
+        """Apply one __consumer_offsets record (at load, and after appending an offset commit); a
+        record of a transaction (``producer_id``) waits for its marker."""
         k = rec.decode_key(key)
         if isinstance(k, rec.OffsetCommitKey):
-            self.offsets.replay(k, None if value is None else rec.decode_offset_commit_value(value), now)
+            decoded = None if value is None else rec.decode_offset_commit_value(value)
+            if producer_id >= 0:
+                self.offsets.replay_pending(producer_id, k, decoded)
+            else:
+                self.offsets.replay(k, decoded, now)
         elif isinstance(k, rec.GroupMetadataKey):
             group = self.groups.get(k.group)
             if value is None:
@@ -89,8 +94,13 @@ class GroupCoordinatorShard:
     def commit_offsets(self, now: int, token: Token, req: OffsetCommitRequestData) -> CoordinatorResult:
         return self.offsets.commit(now, token, req)
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> list[FetchedOffset]:
-        return self.offsets.fetch(group_id, partitions)
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
+                      require_stable: bool = False) -> list[FetchedOffset]:
+        return self.offsets.fetch(group_id, partitions, require_stable)
+
+    def txn_commit_offsets(self, now: int, token: Token, req: OffsetCommitRequestData, producer_id: int,
+                           producer_epoch: int) -> CoordinatorResult:
+        return self.offsets.txn_commit(now, token, req, producer_id, producer_epoch)
 
     def delete_offsets(self, now: int, token: Token, group_id: str,
                        partitions: list[TopicPartition]) -> CoordinatorResult:

@@ -69,7 +69,8 @@ _ZEROS: dict[str, Any] = {
     "error_code": ErrorCode.none,
     "timedelta_i32": datetime.timedelta(0),
     "timedelta_i64": datetime.timedelta(0),
-    "datetime_i64": None,
+    # A non-nullable timestamp (DescribeTransactions' start time) has no "null": the epoch.
+    "datetime_i64": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
 }
 
 

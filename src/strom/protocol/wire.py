@@ -238,6 +238,10 @@ def response_class(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
+def request_class(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
 _HEAD = struct.Struct(">ii")  # size (filled in last) and correlation id
 _HEAD_TAGGED = struct.Struct(">iix")  # ... and an empty tagged-field section (response header v1)
 

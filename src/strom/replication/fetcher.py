@@ -191,7 +191,8 @@ class ReplicaFetcher:
             raise LookupError(f"broker {self.leader_id} is not registered")
         listener = manager.broker.config.inter_broker_listener_name or ""
         endpoint = reg.address_for(listener)
-        return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}", self.socket_timeout_s)
+        return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}", self.socket_timeout_s,
+                                manager.broker.inter_broker_security)
 
     def _error_backoff(self, f: _Fetching, error_code: int) -> float:
         if error_code in _LEADER_NOT_READY and time.monotonic() - f.added_at < self.backoff_s:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from strom.cluster.metadata import atomic_write
-from strom.security.quotas import DEFAULT, QUOTA_KEYS, QuotaEntity
+from strom.cluster.zk_layout import desanitize, sanitize
+from strom.security.quotas import QUOTA_KEYS, QuotaEntity
 
 QUOTA_FILE = "quotas.json"
 CONFIG_CHANGES = "/config/changes"
@@ -73,12 +73,8 @@ class LocalQuotaStore:
             atomic_write(self.path, json.dumps(doc, indent=1).encode())
 
 
-def _encode(name: str) -> str:
-    return name if name == DEFAULT else urllib.parse.quote(name, safe="")
-
-
-def _decode(name: str) -> str:
-    return name if name == DEFAULT else urllib.parse.unquote(name)
+# One encoding for every entity name under /config (SCRAM users too): cluster/zk_layout.py's.
+_encode, _decode = sanitize, desanitize
 
 
 def entity_path(e: QuotaEntity) -> str:

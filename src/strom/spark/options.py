@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from strom.security.client_properties import librdkafka_properties
+
 # Special values in per-partition offset JSON, as in Spark's Kafka source.
 LATEST = -1
 EARLIEST = -2
@@ -167,7 +169,9 @@ class ClientOptions:
     def client_config(self) -> dict[str, str]:
         conf = {k: v for k, v in self.kafka.items() if k not in ("bootstrap.servers", "group.id")}
         conf["bootstrap.servers"] = self.bootstrap_servers
-        return conf
+        # kafka.security.protocol, kafka.sasl.* and kafka.ssl.* reach the client; Java-style
+        # kafka.sasl.jaas.config and PEM kafka.ssl.truststore.location are translated.
+        return librdkafka_properties(conf)
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,10 @@ class SourceOptions:
 class SinkOptions:
     client: ClientOptions
     topic: str | None = None
+    # Streaming writes: each task's records in one transaction with a progress mark, so a replayed
+    # micro-batch is not written twice (strom.spark.sink.produce_exactly_once).
+    exactly_once: bool = False
+    transactional_id_prefix: str = "strom-spark-"
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -252,6 +260,10 @@ def client_options(options: Mapping[str, str]) -> ClientOptions:
     bootstrap = _get(options, "bootstrap.servers") or kafka.get("bootstrap.servers")
     if not bootstrap:
         raise OptionError("option 'kafka.bootstrap.servers' (or 'bootstrap.servers') must be specified")
+    try:
+        librdkafka_properties(kafka)  # checked now, not when the first task connects
+    except ValueError as e:
+        raise OptionError(f"Kafka option {e}") from None
     return ClientOptions(bootstrap_servers=bootstrap, kafka=kafka)
 
 
@@ -355,9 +367,15 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
     )
 
 
-def sink_options(options: Mapping[str, str]) -> SinkOptions:
+def sink_options(options: Mapping[str, str], streaming: bool = False) -> SinkOptions:
     client = client_options(options)
     topic = _get(options, "topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic': the topic name is empty")
-    return SinkOptions(client=client, topic=topic.strip() if topic else None)
+    exactly_once = _bool(options, "exactlyOnce", streaming)
+    if exactly_once and not streaming:
+        raise OptionError("option 'exactlyOnce' is for streaming writes (a batch write has no micro-batch to "
+                          "commit with)")
+    prefix = _get(options, "transactionalIdPrefix") or "strom-spark-"
+    return SinkOptions(client=client, topic=topic.strip() if topic else None, exactly_once=exactly_once,
+                       transactional_id_prefix=prefix)

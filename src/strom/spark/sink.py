@@ -2,13 +2,18 @@
 
 Columns, as in Spark's Kafka sink: value (binary or string, required), key (binary or string),
 topic (string; the 'topic' option overrides it), partition (int), headers
-(array<struct<key: string, value: binary>>). Other columns are ignored. Delivery is
-at-least-once, as with Spark's Kafka sink: a task that fails after producing is retried whole.
+(array<struct<key: string, value: binary>>). Other columns are ignored.
+
+A batch write is at-least-once, as with Spark's Kafka sink: a task that fails after producing is
+retried whole. A streaming write is exactly-once for read_committed readers (option exactlyOnce,
+on by default): see produce_exactly_once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom.spark.options import SinkOptions
@@ -81,6 +86,18 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch],
     conf = producer_config(options)
     conf["on_delivery"] = on_delivery
     producer = (producer_factory or Producer)(conf)
+    count = _produce_rows(options, batches, producer, errors)
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise KafkaException(f"writing to strom failed: {'; '.join(errors)}")
+    if remaining:
+        raise KafkaException(f"writing to strom failed: {remaining} records not acknowledged within {FLUSH_TIMEOUT_S}s")
+    return count
+
+
+def _produce_rows(options: SinkOptions, batches: Iterable[pa.RecordBatch], producer: Any, errors: list[str],
+                  first_topic: list[str] | None = None) -> int:
+    """Hand every row to ``producer`` (not flushed); how many. ``first_topic`` gets the first row's topic."""
     count = 0
     for batch in batches:
         n = batch.num_rows
@@ -95,6 +112,8 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch],
             topic = topics[i]
             if topic is None:
                 raise SinkSchemaError("null topic present in the data; set the option 'topic' or fill the topic column")
+            if first_topic is not None and not first_topic:
+                first_topic.append(topic)
             kwargs: dict[str, Any] = {}
             if partitions is not None and partitions[i] is not None:
                 kwargs["partition"] = partitions[i]
@@ -112,9 +131,103 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch],
         producer.poll(0)
         if errors:
             break
-    remaining = producer.flush(FLUSH_TIMEOUT_S)
-    if errors:
-        raise KafkaException(f"writing to strom failed: {'; '.join(errors)}")
-    if remaining:
-        raise KafkaException(f"writing to strom failed: {remaining} records not acknowledged within {FLUSH_TIMEOUT_S}s")
     return count
+
+
+@dataclass(frozen=True)
+class WriteScope:
+    """Which part of which micro-batch a task writes: Spark's query id and batch id (task-local
+    properties) and the task's partition."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+
+    @staticmethod
+    def of_this_task() -> WriteScope:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty(QUERY_ID_KEY) if ctx is not None else None
+        batch = ctx.getLocalProperty(BATCH_ID_KEY) if ctx is not None else None
+        if ctx is None or query is None or batch is None:
+            raise RuntimeError("exactlyOnce writes run in a streaming query's micro-batch (no query or batch id "
+                               "in this task); set exactlyOnce=false for at-least-once")
+        return WriteScope(query, int(batch), ctx.partitionId())
+
+
+QUERY_ID_KEY = "sql.streaming.queryId"  # Spark's task-local properties of a micro-batch
+BATCH_ID_KEY = "streaming.sql.batchId"
+
+
+def produce_exactly_once(options: SinkOptions, batches: Iterable[pa.RecordBatch], scope: WriteScope,
+                         producer_factory: Callable[[dict[str, Any]], Any] | None = None,
+                         consumer_factory: Callable[[dict[str, Any]], Any] | None = None) -> int:
+    """Write a task's rows of one micro-batch so that, however often Spark runs it (task retries,
+    a query restarted from its checkpoint), read_committed readers see them once.
+
+    The transactional id is the query's and the task partition's, the same in every attempt: a new
+    attempt's InitProducerId fences any older one still running and completes or aborts its open
+    transaction. The rows go out in one transaction that also commits a progress mark, atomically:
+    the offset batch_id + 1 of the group named like the transactional id, on partition 0 of the
+    first row's topic. An attempt that finds the mark at or past its batch has nothing to do: that
+    batch's rows of this partition are already committed. Returns the rows written (0 when skipped).
+    Spark replays a micro-batch with the same offsets and, for the same plan, the same partitioning,
+    which this relies on.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    ident = f"{options.transactional_id_prefix}{scope.query_id}-{scope.partition}"
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None and len(errors) < 10:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+    batches = iter(batches)
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:
+        return 0  # nothing in this partition of the batch: nothing to mark either
+    conf = producer_config(options)
+    conf.update({"transactional.id": ident, "on_delivery": on_delivery})
+    conf.pop("delivery.report.only.error", None)
+    producer = (producer_factory or Producer)(conf)
+    base = options.client.client_config()
+    consumer = (consumer_factory or Consumer)({**base, "group.id": ident, "enable.auto.commit": False,
+                                               "isolation.level": "read_committed"})
+    try:
+        producer.init_transactions(FLUSH_TIMEOUT_S)  # fences older attempts; their transaction ends first
+        topic = options.topic or _first_topic(first)
+        mark = TopicPartition(topic, 0)
+        (done,) = consumer.committed([mark], timeout=FLUSH_TIMEOUT_S)
+        if done.offset >= scope.batch_id + 1:
+            return 0
+        producer.begin_transaction()
+        try:
+            first_topic: list[str] = []
+            count = _produce_rows(options, _chain(first, batches), producer, errors, first_topic)
+            producer.flush(FLUSH_TIMEOUT_S)
+            if errors:
+                raise KafkaException(f"writing to strom failed: {'; '.join(errors)}")
+            progress = TopicPartition(topic, 0, scope.batch_id + 1)
+            producer.send_offsets_to_transaction([progress], consumer.consumer_group_metadata(), FLUSH_TIMEOUT_S)
+            producer.commit_transaction(FLUSH_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                producer.abort_transaction(30)
+            raise
+        return count
+    finally:
+        consumer.close()
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+def _first_topic(batch: pa.RecordBatch) -> str:
+    topics = _column(batch, "topic") or [None]
+    if topics[0] is None:
+        raise SinkSchemaError("null topic present in the data; set the option 'topic' or fill the topic column")
+    return str(topics[0])

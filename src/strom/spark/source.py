@@ -261,13 +261,16 @@ class StromStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.options.exactly_once:
+            return WriteCount(sink.produce_exactly_once(self.options, iterator, sink.WriteScope.of_this_task()))
         return WriteCount(sink.produce_batches(self.options, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        pass  # every record was acknowledged before its task finished
+        pass  # every task committed its own transaction (or, at-least-once, had its records acknowledged)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        pass  # records already produced stay (at-least-once, like Spark's Kafka sink)
+        # exactlyOnce: the tasks that committed left a progress mark, so the batch's retry skips them.
+        pass  # at-least-once: records already produced stay (like Spark's Kafka sink)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -301,7 +304,7 @@ class StromDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:  # type: ignore[override]
         # Every output mode appends to the topic (complete mode writes the whole result each trigger).
-        options = sink_options(self.options)
+        options = sink_options(self.options, streaming=True)
         sink.check_sink_schema(schema, options)
         return StromStreamWriter(options)
 

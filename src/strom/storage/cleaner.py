@@ -41,11 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from strom.records.batch import read_header
+from strom.records.batch import BatchHeader, read_header
 from strom.records.filter import RawRecord, filter_batch, parse_records
 from strom.storage.checkpoint import OffsetCheckpointFile, fsync_dir
 from strom.storage.segment import LOG_SUFFIX, LogSegment, file_name, iter_headers
 from strom.storage.swap import CLEANED_SUFFIX
+from strom.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from strom.storage.log import LogConfig, PartitionLog
@@ -141,7 +142,11 @@ def cleanable_info(
     if first_dirty is None or first_dirty < start or first_dirty > plog.log_end_offset:
         first_dirty = start
     active = segments[-1]
-    uncleanable = min(active.base_offset, plog.high_watermark)
+    # Never past the last stable offset (an undecided transaction's records are not cleaned, Kafka's
+    # rule), and only whole segments: the one holding the LSO waits until the LSO has left it.
+    lso = plog.last_stable_offset
+    uncleanable = min(active.base_offset, max((s.base_offset for s in segments if s.base_offset <= lso),
+                                              default=segments[0].base_offset))
     bounds = [s.base_offset for s in segments[1:]] + [plog.log_end_offset]
     dirty = [(s, end) for s, end in zip(segments[:-1], bounds, strict=False) if end > first_dirty]
     if config.min_compaction_lag_ms > 0:
@@ -189,6 +194,15 @@ class CleaningJob:
     producer_last_offsets: dict[int, int]
     config: LogConfig
     now_ms: int
+    # Aborted transactions over the cleaned range: their records are dropped and never count as a
+    # key's latest (an aborted transactional offset commit must not shadow a committed one).
+    aborted: list[AbortedTxn] = field(default_factory=list)
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        if not self.aborted or not header.is_transactional or header.is_control:
+            return False
+        pid, offset = header.producer_id, header.base_offset
+        return any(t.producer_id == pid and t.first_offset <= offset <= t.last_offset for t in self.aborted)
 
     @property
     def log(self) -> PartitionLog:
@@ -246,7 +260,7 @@ def build_offset_map(
         for header in iter_headers(view.fd, 0, view.size):
             if stop.is_set():
                 raise CleanerStopped
-            if header.last_offset < first_dirty or header.is_control:
+            if header.last_offset < first_dirty or header.is_control or job.is_aborted(header):
                 continue
             if header.base_offset >= end:
                 break
@@ -279,6 +293,10 @@ def group_segments(views: Sequence[SegmentView], max_size: int) -> list[list[Seg
             i += 1
         groups.append(group)
     return groups
+
+
+def _keep_none(rec: RawRecord, offset: int) -> bool:
+    return False
 
 
 def clean_group(
@@ -318,7 +336,7 @@ def clean_group(
                 result = filter_batch(
                     data,
                     h,
-                    keep,
+                    _keep_none if job.is_aborted(h) else keep,
                     now_ms=job.now_ms,
                     delete_retention_ms=config.delete_retention_ms,
                     keep_empty=keep_empty,
@@ -489,7 +507,8 @@ class LogCleaner:
             SegmentView(s, fd, s.size, s.base_offset, end) for (s, fd), end in zip(pinned, ends, strict=True)
         ]
         last_offsets = {pid: e.last_offset for pid, e in plog.producer_state.producers.items()}
-        return CleaningJob(best, views, truncations, last_offsets, plog.config, now)
+        aborted = plog.aborted_transactions(plog.log_start_offset, best.first_uncleanable)
+        return CleaningJob(best, views, truncations, last_offsets, plog.config, now, aborted)
 
     def clean_once(self) -> bool:
         """One cleaning round; False when no log needed cleaning."""

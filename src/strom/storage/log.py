@@ -8,6 +8,7 @@ same time, so the segment list and flush bookkeeping are changed under a small l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from strom.records.batch import (
     set_log_append_time,
 )
 from strom.records.codec import iter_records
+from strom.records.control import Marker, read_marker
 from strom.storage.checkpoint import fsync_dir, fsync_path
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
 from strom.storage.leader_epoch import LeaderEpochFileCache
@@ -42,6 +44,7 @@ from strom.storage.swap import (
     rename_segment_files,
     strip_suffix,
 )
+from strom.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 __all__ = ["AppendInfo", "LogConfig", "OffsetOutOfRange", "PartitionLog", "wall_clock_ms"]
 
@@ -49,6 +52,11 @@ log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+def _at_zero(header: BatchHeader) -> BatchHeader:
+    """The header as if its batch began a buffer (for a batch read on its own from a segment)."""
+    return dataclasses.replace(header, position=0)
 
 
 def wall_clock_ms() -> int:
@@ -217,7 +225,7 @@ class PartitionLog:
             elif m := _SEGMENT_FILE.match(path.name):
                 bases.append(int(m.group(1)))
         present = set(bases)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             for path in self.directory.glob("*" + suffix):
                 stem = path.name[: -len(suffix)]
                 if not stem.isdigit() or int(stem) not in present:
@@ -265,13 +273,16 @@ class PartitionLog:
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
     def _rebuild_producer_state(self) -> None:
-        """Newest snapshot, then the batch headers after it (no records are decoded)."""
+        """Newest snapshot, then the batch headers after it (no records are decoded, except the one
+        marker of each control batch). The aborted-transaction indexes are rebuilt over the same
+        range: entries for markers at or after the snapshot are dropped and written again."""
         ps = self.producer_state
         start = max(
             ps.load_latest_snapshot(self.log_start_offset, self.log_end_offset), self._segments[0].base_offset
         )
         i = max(bisect_right(self._base_offsets, start) - 1, 0)
         for seg in self._segments[i:]:
+            seg.txn_index.truncate_to(start)
             position = 0
             if seg.base_offset < start:
                 first = self._translate(seg, start)
@@ -280,7 +291,9 @@ class PartitionLog:
                 position = first.position
             for header in iter_headers(seg.fd, position, seg.size):
                 if header.producer_id != NO_PRODUCER_ID and header.next_offset > start:
-                    ps.update(header)
+                    marker = read_marker(seg.read(header.position, header.size), _at_zero(header)) \
+                        if header.is_control else None
+                    self._track(seg, header, marker)
         ps.map_end_offset = self.log_end_offset
         ps.truncate_head(self.log_start_offset)
 
@@ -343,19 +356,49 @@ class PartitionLog:
         end = lasts[-1] + 1
         segment = self._maybe_roll(len(buf), max_timestamp, lasts[-1])
         base_position = segment.write(buf)
-        producer_state = self.producer_state
         for h, last in zip(headers, lasts, strict=True):
             segment.index_batch(
                 base_position + h.position, last, log_append_time if log_append_time >= 0 else h.max_timestamp
             )
             if h.producer_id != NO_PRODUCER_ID:
-                producer_state.update(read_header(buf, h.position))
+                self._track(segment, read_header(buf, h.position), read_marker(buf, h) if h.is_control else None)
         segment.next_offset = end
         # Data is written before the end moves: a concurrent flush never claims unwritten bytes.
         self.log_end_offset = end
-        producer_state.map_end_offset = end
+        self.producer_state.map_end_offset = end
         if not self.replicated:
             self.high_watermark = end  # in a cluster the ISR moves it (replication.partition)
+
+    def _track(self, segment: LogSegment, header: BatchHeader, marker: Marker | None) -> None:
+        """Producer state for one batch; an ABORT marker enters its segment's transaction index."""
+        ps = self.producer_state
+        completed = ps.update(header, marker)
+        if completed is not None and completed.is_aborted:
+            segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                completed.last_offset, ps.last_stable_offset_after(completed)))
+
+    # ---- transactions ----------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided: the oldest open transaction's first offset, at
+        most the high watermark. read_committed consumers read up to here."""
+        first = self.producer_state.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound), from the segment holding
+        ``fetch_offset`` on (a marker always follows its transaction's first offset)."""
+        found: list[AbortedTxn] = []
+        i = max(bisect_right(self._base_offsets, fetch_offset) - 1, 0)
+        for seg in self._segments[i:]:
+            if seg.base_offset >= upper_bound and found:
+                break
+            txns, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+            found += txns
+            if complete:
+                break
+        return found
 
     def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int) -> LogSegment:
         segment = self._segments[-1]
@@ -392,6 +435,8 @@ class PartitionLog:
             self._base_offsets.append(new.base_offset)
             self._unflushed_sealed.append(old)
             self._pending_fsync += [old.offset_index.path, old.time_index.path, snapshot]
+            if old.txn_index.entries:
+                self._pending_fsync.append(old.txn_index.path)
             self._dir_dirty = True
         return new
 

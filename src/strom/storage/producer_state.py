@@ -1,7 +1,9 @@
 """Idempotent producer state of one partition (Kafka's ProducerStateManager).
 
 For each producer id: its epoch and the metadata of its last five batches, enough to answer a
-retried batch with the offsets it got the first time. Persisted as ``<20-digit offset>.snapshot``
+retried batch with the offsets it got the first time, and the first offset of its ongoing
+transaction (transactional batches since its last COMMIT/ABORT marker), from which the partition's
+last stable offset follows. Persisted as ``<20-digit offset>.snapshot``
 files (state after every batch below that offset); on open the newest valid snapshot is loaded and
 the log after it is replayed by batch headers only.
 """
@@ -19,6 +21,7 @@ from typing import NamedTuple
 import crc32c
 
 from strom.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from strom.records.control import Marker
 from strom.storage.checkpoint import write_atomic
 
 log = logging.getLogger(__name__)
@@ -28,12 +31,14 @@ NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 _INT32_MAX = 2**31 - 1
 
 # Snapshot file: magic, version, crc32c of everything after it, producer count, then per producer
-# (id, epoch, last timestamp, batch count) and per batch (first seq, last seq, first offset, last offset).
+# (id, epoch, last timestamp, [v2: ongoing transaction's first offset,] batch count) and per batch
+# (first seq, last seq, first offset, last offset).
 _SNAPSHOT_MAGIC = b"STPS"
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2
 _FILE_HEADER = struct.Struct(">4shI")
 _COUNT = struct.Struct(">i")
-_PRODUCER = struct.Struct(">qhqb")
+_PRODUCER_V1 = struct.Struct(">qhqb")
+_PRODUCER = struct.Struct(">qhqqb")
 _BATCH = struct.Struct(">iiqq")
 
 
@@ -60,6 +65,15 @@ class SequenceCheck(NamedTuple):
 SEQUENCE_OK = SequenceCheck(SequenceStatus.OK)
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker just ended on this partition."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
 class BatchMetadata(NamedTuple):
     first_seq: int
     last_seq: int
@@ -72,6 +86,7 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int
     last_timestamp: int = -1
+    current_txn_first_offset: int = -1  # -1: no transaction open on this partition
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
 
     @property
@@ -115,6 +130,8 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerStateEntry] = {}
+        # Producer id -> first offset of its open transaction (the producers whose entry has one).
+        self.ongoing_txns: dict[int, int] = {}
         # State reflects every batch below this offset.
         self.map_end_offset = 0
 
@@ -139,31 +156,53 @@ class ProducerStateManager:
             ok = in_sequence(entry.last_seq, header.base_sequence)
         return SEQUENCE_OK if ok else SequenceCheck(SequenceStatus.OUT_OF_ORDER_SEQUENCE)
 
-    def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (its header must carry the assigned base offset)."""
+    def update(self, header: BatchHeader, marker: Marker | None = None) -> CompletedTxn | None:
+        """Record an appended batch (its header must carry the assigned base offset). For a control
+        batch ``marker`` is what it holds; returns the transaction a marker ended, if any."""
+        completed = None
         if header.producer_id != NO_PRODUCER_ID:
-            entry = self.producers.get(header.producer_id)
+            pid = header.producer_id
+            entry = self.producers.get(pid)
             if entry is None:
-                entry = self.producers[header.producer_id] = ProducerStateEntry(
-                    header.producer_id, header.producer_epoch
-                )
+                entry = self.producers[pid] = ProducerStateEntry(pid, header.producer_epoch)
             elif header.producer_epoch != entry.producer_epoch:
                 entry.producer_epoch = header.producer_epoch
                 entry.batches.clear()
-            if header.base_sequence != NO_SEQUENCE and not header.is_control:
-                entry.batches.append(
-                    BatchMetadata(
-                        header.base_sequence, header.last_sequence, header.base_offset, header.last_offset
+            if header.is_control:
+                if marker is not None and entry.current_txn_first_offset >= 0:
+                    completed = CompletedTxn(pid, entry.current_txn_first_offset, header.base_offset,
+                                             not marker.is_commit)
+                entry.current_txn_first_offset = -1
+                self.ongoing_txns.pop(pid, None)
+            else:
+                if header.base_sequence != NO_SEQUENCE:
+                    entry.batches.append(
+                        BatchMetadata(
+                            header.base_sequence, header.last_sequence, header.base_offset, header.last_offset
+                        )
                     )
-                )
+                if header.is_transactional and entry.current_txn_first_offset < 0:
+                    entry.current_txn_first_offset = header.base_offset
+                    self.ongoing_txns[pid] = header.base_offset
             entry.last_timestamp = header.max_timestamp
         self.map_end_offset = header.next_offset
+        return completed
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none open)."""
+        return min(self.ongoing_txns.values()) if self.ongoing_txns else None
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` has ended (Kafka stores it with an aborted transaction)."""
+        first = self.first_unstable_offset()
+        return first if first is not None else completed.last_offset + 1
 
     # ---- log start moves, truncation -------------------------------------------------------
 
     def truncate_head(self, log_start_offset: int) -> None:
         """Forget producers whose every batch is below the new log start (Kafka does the same)."""
-        stale = [pid for pid, e in self.producers.items() if e.batches and e.last_offset < log_start_offset]
+        stale = [pid for pid, e in self.producers.items()
+                 if e.batches and e.last_offset < log_start_offset and e.current_txn_first_offset < 0]
         for pid in stale:
             del self.producers[pid]
         for offset, path in list_snapshots(self.directory)[:-1]:
@@ -183,6 +222,7 @@ class ProducerStateManager:
 
     def clear(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
         self.map_end_offset = offset
 
     # ---- snapshots -------------------------------------------------------------------------
@@ -191,9 +231,8 @@ class ProducerStateManager:
         """Write the state at ``map_end_offset``; returns the file (to fsync later if not now)."""
         body = bytearray(_COUNT.pack(len(self.producers)))
         for entry in self.producers.values():
-            body += _PRODUCER.pack(
-                entry.producer_id, entry.producer_epoch, entry.last_timestamp, len(entry.batches)
-            )
+            body += _PRODUCER.pack(entry.producer_id, entry.producer_epoch, entry.last_timestamp,
+                                   entry.current_txn_first_offset, len(entry.batches))
             for b in entry.batches:
                 body += _BATCH.pack(*b)
         path = snapshot_path(self.directory, self.map_end_offset)
@@ -218,7 +257,7 @@ class ProducerStateManager:
             except (ValueError, struct.error, OSError) as exc:
                 log.warning("deleting unreadable producer snapshot %s: %s", path, exc)
                 path.unlink(missing_ok=True)
-                self.producers.clear()
+                self.clear(log_start_offset)
                 continue
             self.map_end_offset = offset
             return offset
@@ -227,17 +266,22 @@ class ProducerStateManager:
     def _read_snapshot(self, data: bytes) -> None:
         magic, version, crc = _FILE_HEADER.unpack_from(data, 0)
         body = memoryview(data)[_FILE_HEADER.size :]
-        if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
+        if magic != _SNAPSHOT_MAGIC or version not in (1, _SNAPSHOT_VERSION):
             raise ValueError("not a snapshot of a known version")
         if crc32c.crc32c(body) != crc:
             raise ValueError("CRC-32C mismatch")
         (count,) = _COUNT.unpack_from(body, 0)
         pos = _COUNT.size
         producers: dict[int, ProducerStateEntry] = {}
+        layout = _PRODUCER if version == _SNAPSHOT_VERSION else _PRODUCER_V1
         for _ in range(count):
-            pid, epoch, last_ts, n = _PRODUCER.unpack_from(body, pos)
-            pos += _PRODUCER.size
-            entry = ProducerStateEntry(pid, epoch, last_ts)
+            if version == _SNAPSHOT_VERSION:
+                pid, epoch, last_ts, txn_first, n = layout.unpack_from(body, pos)
+            else:
+                pid, epoch, last_ts, n = layout.unpack_from(body, pos)
+                txn_first = -1
+            pos += layout.size
+            entry = ProducerStateEntry(pid, epoch, last_ts, txn_first)
             for _b in range(n):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size
@@ -245,3 +289,5 @@ class ProducerStateManager:
         if pos != len(body):
             raise ValueError("trailing bytes")
         self.producers = producers
+        self.ongoing_txns = {pid: e.current_txn_first_offset for pid, e in producers.items()
+                             if e.current_txn_first_offset >= 0}

@@ -12,6 +12,7 @@ import crc32c
 from strom.records.batch import ATTRIBUTES, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from strom.storage.errors import CorruptIndex
 from strom.storage.index import OffsetIndex, TimeIndex
+from strom.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -92,6 +93,7 @@ class LogSegment:
         self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
         self.offset_index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX), base_offset)
         self.time_index = TimeIndex(directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
+        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX))
         # Offset after the last batch (the segment's part of the log end offset).
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -113,7 +115,7 @@ class LogSegment:
         if size:
             os.close(fd)
             raise FileExistsError(f"segment {path} already exists with data")
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # stale indexes of a segment that was cut away
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):  # stale indexes of a segment cut away
             (directory / file_name(base_offset, suffix)).unlink(missing_ok=True)
         return cls(directory, base_offset, fd, 0, index_interval_bytes, now_ms)
 
@@ -131,7 +133,7 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 
     def seal(self) -> None:
@@ -276,6 +278,7 @@ class LogSegment:
         self.size = header.position
         self.offset_index.truncate_to_position(header.position)
         self.time_index.truncate_to_offset(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         for path in (self.offset_index.path, self.time_index.path):  # never leave a stale index on disk
             path.unlink(missing_ok=True)
         self.recover(from_index_tail=True, verify=False)

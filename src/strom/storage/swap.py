@@ -103,12 +103,13 @@ def complete_swaps(directory: Path) -> int:
 def rename_segment_files(seg: LogSegment, suffix: str) -> None:
     """Rename a segment's three files to ``<name><suffix>`` and point the segment at the new names
     (so ``seg.delete()`` removes them). A missing file (an index never written) is skipped."""
-    for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
+    for path in (seg.log_path, seg.offset_index.path, seg.time_index.path, seg.txn_index.path):
         with contextlib.suppress(FileNotFoundError):
             os.rename(path, path.with_name(path.name + suffix))
     seg.log_path = seg.log_path.with_name(seg.log_path.name + suffix)
     seg.offset_index.path = seg.offset_index.path.with_name(seg.offset_index.path.name + suffix)
     seg.time_index.path = seg.time_index.path.with_name(seg.time_index.path.name + suffix)
+    seg.txn_index.path = seg.txn_index.path.with_name(seg.txn_index.path.name + suffix)
 
 
 def strip_suffix(path: Path, suffix: str) -> Path:

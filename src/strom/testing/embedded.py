@@ -3,12 +3,17 @@
 This module imports only the standard library: the pytest plugin loads it when a fixture is first
 used, and a test process should not pay for the broker's own imports (it runs in the child).
 The client helpers import confluent-kafka when first called.
+
+Brokers are forked from a warm fork server (strom.testing._forkserver), started with the first
+broker of the process, so that later ones skip Python's start and the broker's imports;
+``STROM_TESTING_FORK_SERVER=0`` starts each one as a fresh subprocess instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -26,6 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from strom.testing import _forkserver
+from strom.testing._forkserver import ForkedProcess
+
+log = logging.getLogger("strom.testing")
 
 CONTROL_ENV = "STROM_TESTING_CONTROL"  # strom.broker.faults.ENV (not imported: it loads the broker)
 _READY = re.compile(r"ready: listening on .*\(port (\d+)")
@@ -60,8 +70,9 @@ class Record:
 
 class EmbeddedBroker:
     """A strom broker as a child process (the strom CLI's ``broker`` command, as ``python -m strom
-    broker`` runs it; see _broker_main) on a free 127.0.0.1 port, with its data in a new temporary
-    directory. Use it as a context manager, or start() and stop().
+    broker`` runs it; see _broker_main), forked from the fork server or started as a subprocess (see
+    _launch), on a free 127.0.0.1 port, with its data in a new temporary directory. Use it as a
+    context manager, or start() and stop().
 
     ``config`` takes Kafka's property names (``{"num.partitions": "3"}``); they win over the test
     defaults above. On stop the process is gone, the port closed and the directory removed.
@@ -76,7 +87,7 @@ class EmbeddedBroker:
         self.port: int = 0
         self.data_dir: Path | None = None
         self.paused = False
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._control: socket.socket | None = None
         self._control_file: Any = None
         self._reader: threading.Thread | None = None
@@ -84,7 +95,7 @@ class EmbeddedBroker:
         self._dropped_lines = 0  # lines no longer kept, so positions stay valid
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
-        self._live: list[subprocess.Popen[bytes] | None] = [None]  # shared with the finalizer
+        self._live: list[subprocess.Popen[bytes] | ForkedProcess | None] = [None]  # shared with the finalizer
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -140,13 +151,13 @@ class EmbeddedBroker:
     def pause(self) -> None:
         """Freeze the broker (SIGSTOP): connections stay open, nothing is answered."""
         self._require_running()
-        os.kill(self._proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        self._proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
         self.paused = True
 
     def resume(self) -> None:
         """Let a paused broker go on (SIGCONT); what was sent meanwhile is answered now."""
         self._require_running()
-        os.kill(self._proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        self._proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
         self.paused = False
 
     def inject_error(self, api: str, error: str, count: int = 1) -> None:
@@ -187,14 +198,34 @@ class EmbeddedBroker:
 
     # ------------------------------------------------------------------ the child process
 
-    def _command_line(self, port: int) -> list[str]:
+    def _broker_args(self, port: int) -> list[str]:
+        """The strom CLI's arguments: its ``broker`` command with our settings."""
         assert self.data_dir is not None
         settings = {**self.config, "listeners": f"PLAINTEXT://127.0.0.1:{port}",
                     "log.dirs": str(self.data_dir)}
-        cmd = [sys.executable, "-m", "strom.testing._broker_main", "broker"]
+        args = ["broker"]
         for key, value in settings.items():
-            cmd += ["--override", f"{key}={value}"]
-        return cmd
+            args += ["--override", f"{key}={value}"]
+        return args
+
+    def _launch(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes] | ForkedProcess:
+        """The broker process: forked from the warm fork server (see _forkserver) when it can be,
+        else a fresh ``python -m strom.testing._broker_main`` (STROM_TESTING_FORK_SERVER=0 asks for
+        that always). Either way its output (stdout and stderr) comes out of its ``stdout``."""
+        if not _forkserver.disabled():
+            try:
+                # Started with the environment of this moment; a later broker whose environment
+                # differs where a fork cannot apply it any more starts as a subprocess.
+                server = _forkserver.get({k: v for k, v in env.items() if k != CONTROL_ENV})
+                if server is not None and server.compatible(env):
+                    return server.spawn(args, env)
+            except _forkserver.ForkServerError as e:
+                _forkserver.discard(str(e))
+                # Logged, not warned: under -W error a warning would fail the start it falls back from.
+                log.warning("the fork server failed, brokers start as subprocesses from now on: %s", e)
+        # A session of its own: the terminal's Ctrl-C goes to pytest, which stops the broker.
+        return subprocess.Popen([sys.executable, "-m", "strom.testing._broker_main", *args], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def _spawn(self, port: int) -> None:
         # The control channel: our loopback port and a fresh token, known only to the child.
@@ -206,9 +237,7 @@ class EmbeddedBroker:
         bound: list[int] = []
         start = self.log_position
         try:
-            # A session of its own: the terminal's Ctrl-C goes to pytest, which stops the broker.
-            self._proc = subprocess.Popen(self._command_line(port), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self._proc = self._launch(self._broker_args(port), env)
             self._live[0] = self._proc
             self._reader = threading.Thread(target=self._pump, args=(self._proc.stdout, ready, bound),
                                             name=f"strom-broker-log-{self._proc.pid}", daemon=True)
@@ -443,7 +472,7 @@ def _as_bytes(value: str | bytes | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
-def _cleanup(procs: list[subprocess.Popen[bytes] | None], data_dir: Path) -> None:
+def _cleanup(procs: list[subprocess.Popen[bytes] | ForkedProcess | None], data_dir: Path) -> None:
     """Last resort for a broker nobody stopped: kill it, remove its directory."""
     for proc in procs:
         if proc is not None and proc.poll() is None:

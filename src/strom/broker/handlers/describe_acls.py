@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from strom.broker.server import Broker
 
 API_KEY = 29
-MIN_VERSION = 0
+MIN_VERSION = 1  # kio has no v0 (Kafka 4 dropped it); every client asks v1+
 MAX_VERSION = 3
 
 

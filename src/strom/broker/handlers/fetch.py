@@ -30,6 +30,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ID_VERSION = 13
+READ_COMMITTED = 1
 
 
 def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[str | None, uuid.UUID | None, Any]]:
@@ -44,7 +45,8 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 
 
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
-              version: int, replica_id: int = -1) -> tuple[list[dict[str, Any]], int, bool]:
+              version: int, replica_id: int = -1,
+              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (response topics, bytes found, any error)."""
     replicas = broker.replicas  # None on a single broker: it leads every partition
     remaining = max_bytes
@@ -84,8 +86,10 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                 errors = True
             else:
                 entry["high_watermark"] = plog.high_watermark
-                entry["last_stable_offset"] = plog.high_watermark
+                lso = entry["last_stable_offset"] = plog.last_stable_offset
                 entry["log_start_offset"] = plog.log_start_offset
+                if read_committed and max_offset is None:
+                    max_offset = lso  # READ_COMMITTED: nothing at or past an open transaction
                 limit = min(p.partition_max_bytes, remaining)
                 try:
                     # KIP-74: the first partition with data returns at least one whole batch.
@@ -96,6 +100,11 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     errors = True
                     data = b""
                 entry["records"] = data
+                if read_committed and data:
+                    # The client drops the records of these (producer, from first offset to marker).
+                    entry["aborted_transactions"] = [
+                        {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                        for t in plog.aborted_transactions(p.fetch_offset, lso)]
                 total += len(data)
                 remaining -= len(data)
             parts.append(entry)
@@ -123,11 +132,12 @@ def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUI
     if cap is not None:  # a consumer byte-rate quota (the first batch still goes out whole: KIP-74)
         max_bytes = min(max_bytes, cap)
     replica_id = _replica_id(request)
-    responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
+    committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
+    responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id, committed)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
     if total >= request.min_bytes or errors or at_once or not keys or request.max_wait.total_seconds() <= 0:
         return _result(broker, topics, responses, replica_id)
-    return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id)
+    return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id, committed)
 
 
 def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
@@ -181,7 +191,8 @@ def _replica_id(request: Any) -> int:
 
 
 async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                     keys: list[tuple[str, int]], max_bytes: int, version: int, replica_id: int) -> dict[str, Any]:
+                     keys: list[tuple[str, int]], max_bytes: int, version: int, replica_id: int,
+                     read_committed: bool) -> dict[str, Any]:
     """Wait for produces to the partitions (purgatory) until min_bytes are there or max_wait ends.
 
     Each pass reads and then registers with the purgatory in one step (no await between them), so a
@@ -191,7 +202,7 @@ async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id)
+        responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id, read_committed)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0:
             return _result(broker, topics, responses, replica_id)

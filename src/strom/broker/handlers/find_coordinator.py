@@ -1,7 +1,8 @@
-"""FindCoordinator (10): this broker coordinates every group (and transaction) key.
+"""FindCoordinator (10): the broker coordinating a group (key type 0) or a transactional id (1).
 
-v0-3 ask for one key, v4+ for a batch. Like Kafka, looking up a group coordinator is when
-__consumer_offsets gets created.
+On one broker that is itself; in a cluster, the leader of the key's partition of __consumer_offsets
+or __transaction_state. v0-3 ask for one key, v4+ for a batch. Like Kafka, looking up a coordinator
+is when its internal topic gets created.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.runtime import GroupCoordinatorRuntime, coordinator_of
+from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
@@ -26,19 +28,25 @@ GROUP, TRANSACTION = 0, 1
 log = logging.getLogger("strom.coordinator")
 
 
+def _runtime(broker: Broker, key_type: int) -> GroupCoordinatorRuntime | TransactionCoordinatorRuntime | None:
+    if key_type == GROUP:
+        return coordinator_of(broker)
+    txn = getattr(broker, "txn_coordinator", None)
+    return txn if txn is not None and txn.loaded else None
+
+
 def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
-    """Whether group coordination is available at all (and __consumer_offsets exists)."""
+    """Whether the coordinator is available at all (and its internal topic exists)."""
     if key_type not in (GROUP, TRANSACTION):
         return E.invalid_request, f"unsupported coordinator key type {key_type}"
-    if key_type == GROUP:
-        coord = coordinator_of(broker)
-        if coord is None:
-            return E.coordinator_not_available, "the group coordinator is loading"
-        try:
-            coord.find_coordinator()
-        except Exception as e:  # the offsets topic could not be created
-            log.error("cannot create __consumer_offsets: %s", e)
-            return E.coordinator_not_available, str(e)
+    coord = _runtime(broker, key_type)
+    if coord is None:
+        return E.coordinator_not_available, "the coordinator is loading"
+    try:
+        coord.find_coordinator()
+    except Exception as e:  # the internal topic could not be created
+        log.error("cannot create the coordinator's topic: %s", e)
+        return E.coordinator_not_available, str(e)
     return E.none, None
 
 
@@ -47,8 +55,8 @@ def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: in
     """The coordinator as a client on ``listener`` reaches it (that listener's endpoint)."""
     node = broker.node_for(listener)
     node_id, host, port = node.broker_id, node.host, node.port
-    if error is E.none and broker.cluster is not None and key_type == GROUP:
-        error, message, reg = _group_coordinator_in_cluster(broker, key)
+    if error is E.none and broker.cluster is not None:
+        error, message, reg = _coordinator_in_cluster(broker, key, key_type)
         if reg is not None:
             node_id, (host, port) = reg.broker_id, reg.address_for(listener)
     if error is not E.none:
@@ -56,19 +64,22 @@ def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: in
     return {"error_code": E.none, "error_message": None, "node_id": node_id, "host": host, "port": port}
 
 
-def _group_coordinator_in_cluster(broker: Broker, group_id: str) -> tuple[E, str | None, BrokerRegistration | None]:
-    """The leader of the group's __consumer_offsets partition, as ZooKeeper has it."""
+def _coordinator_in_cluster(broker: Broker, key: str,
+                            key_type: int) -> tuple[E, str | None, BrokerRegistration | None]:
+    """The leader of the key's partition of the coordinator's topic, as ZooKeeper has it."""
     from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+    from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
 
     assert broker.cluster is not None
-    coord = coordinator_of(broker)
+    coord = _runtime(broker, key_type)
     if coord is None:
-        return E.coordinator_not_available, "the group coordinator is loading", None
+        return E.coordinator_not_available, "the coordinator is loading", None
+    topic = GROUP_METADATA_TOPIC_NAME if key_type == GROUP else TRANSACTION_STATE_TOPIC_NAME
     store = broker.cluster.store
-    state = store.state(GROUP_METADATA_TOPIC_NAME, coord.partition_for(group_id))
+    state = store.state(topic, coord.partition_for(key))
     reg = store.brokers.get(state.leader) if state is not None else None
     if reg is None:
-        return E.coordinator_not_available, "the group's __consumer_offsets partition has no leader", None
+        return E.coordinator_not_available, f"the key's {topic} partition has no leader", None
     return E.none, None, reg
 
 

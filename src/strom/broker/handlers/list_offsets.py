@@ -23,10 +23,14 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def lookup(plog: Any, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) for one partition; (-1, -1) when no record is at/after the timestamp."""
+READ_COMMITTED = 1
+
+
+def lookup(plog: Any, timestamp: int, isolation_level: int = 0) -> tuple[int, int]:
+    """(timestamp, offset) for one partition; (-1, -1) when no record is at/after the timestamp.
+    Latest is the high watermark, or with READ_COMMITTED the last stable offset."""
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
     if timestamp == LATEST_TIERED:
@@ -57,7 +61,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 parts.append({"partition_index": p.partition_index, "error_code": error,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            ts, offset = lookup(plog, p.timestamp)
+            ts, offset = lookup(plog, p.timestamp, getattr(request, "isolation_level", 0))
             parts.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
                           "offset": offset, "leader_epoch": epoch})
         topics.append({"name": t.name, "partitions": parts})

@@ -22,16 +22,15 @@ MIN_VERSION = 2
 MAX_VERSION = 9
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coord, coord_error = coordinator_for(broker, request.group_id)
-    acls = broker.acls
-    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        coord, coord_error = None, E.group_authorization_failed
-    denied = acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
+def sort_partitions(broker: Broker, coord: Any, coord_error: E, request_topics: Any, denied: set[str] | None = None
+                    ) -> tuple[list[OffsetCommitPartition], dict[tuple[str, int], E], list[tuple[str, int]]]:
+    """The partitions to commit, the errors of the others (``denied``: topics the principal may not
+    read), and the request's order (shared with TxnOffsetCommit)."""
+    denied = denied or set()
     known: list[OffsetCommitPartition] = []
     errors: dict[tuple[str, int], E] = {}
     order: list[tuple[str, int]] = []
-    for t in request.topics:
+    for t in request_topics:
         topic = broker.metadata.get_topic(t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
@@ -45,12 +44,33 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             else:
                 known.append(OffsetCommitPartition(t.name, p.partition_index, p.committed_offset,
                                                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    return known, errors, order
+
+
+def response_topics(order: list[tuple[str, int]], errors: dict[tuple[str, int], E]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for name, partition in order:
+        topics.setdefault(name, []).append({"partition_index": partition, "error_code": errors[(name, partition)]})
+    return [{"name": n, "partitions": ps} for n, ps in topics.items()]
+
+
+def authorize(broker: Broker, ctx: RequestContext, group_id: str, coord: Any, coord_error: E,
+              request_topics: Any) -> tuple[Any, E, set[str]]:
+    """READ on the group (else every partition answers GROUP_AUTHORIZATION_FAILED) and on each topic
+    (shared with TxnOffsetCommit)."""
+    acls = broker.acls
+    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return None, E.group_authorization_failed, set()
+    return coord, coord_error, acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request_topics))
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coord, coord_error = coordinator_for(broker, request.group_id)
+    coord, coord_error, denied = authorize(broker, ctx, request.group_id, coord, coord_error, request.topics)
+    known, errors, order = sort_partitions(broker, coord, coord_error, request.topics, denied)
     if coord is not None and known:
         req = OffsetCommitRequestData(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
                                       request.generation_id_or_member_epoch, known)
         results: list[PartitionError] = await coord.commit_offsets(req)
         errors.update({(r.topic, r.partition): r.error for r in results})
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for name, partition in order:
-        topics.setdefault(name, []).append({"partition_index": partition, "error_code": errors[(name, partition)]})
-    return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+    return {"throttle_time": 0, "topics": response_topics(order, errors)}

@@ -1,7 +1,8 @@
 """OffsetFetch (9): committed offset, leader epoch and metadata per partition; -1 where none.
 
 v1-7 ask for one group, v8+ for several. A null topic list (v2+) means every committed partition.
-require_stable is accepted and needs nothing: offsets become visible only once written.
+With require_stable (v7+), a partition whose transactional offset commit is not decided yet answers
+UNSTABLE_OFFSET_COMMIT; the client retries.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ MIN_VERSION = 1
 MAX_VERSION = 9
 
 
-def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: Any) -> tuple[E, list[dict[str, Any]]]:
+def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: Any,
+                 require_stable: bool = False) -> tuple[E, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     acls = broker.acls
     if not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -31,7 +33,7 @@ def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: Any
     if coord is None:
         fetched = [FetchedOffset(t, p, error=error) for t, p in (wanted or [])]
     else:
-        fetched = coord.fetch_offsets(group_id, wanted)
+        fetched = coord.fetch_offsets(group_id, wanted, require_stable)
         error = E.none
     if acls.enabled:
         # Asked for by name, a topic the principal may not describe answers TOPIC_AUTHORIZATION_FAILED;
@@ -54,8 +56,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics)
+            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics, request.require_stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
-    error, topics = _fetch_group(broker, ctx, request.group_id, request.topics)
+    error, topics = _fetch_group(broker, ctx, request.group_id, request.topics,
+                                 getattr(request, "require_stable", False))
     return {"throttle_time": 0, "topics": topics, "error_code": error}

@@ -106,6 +106,8 @@ def append_partition(broker: Broker, plog: PartitionLog, index: int,
                            message=f"batch of {h.size} bytes exceeds max.message.bytes={max_bytes}")
         if h.records_count <= 0:
             return _result(index, INVALID_RECORD, message="batch without records")
+        if h.is_control:  # COMMIT/ABORT markers come from transaction coordinators, never from clients
+            return _result(index, INVALID_RECORD, message="control batches are written by the broker only")
     if plog.config.compact_enabled:
         refused = _refuse_keyless(broker, plog, index, buf, headers)
         if refused is not None:

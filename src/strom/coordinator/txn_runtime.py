@@ -1,0 +1,310 @@
+"""TransactionCoordinatorRuntime: runs the pure transaction shard against __transaction_state.
+
+Like the group coordinator's runtime: a partition of __transaction_state is replayed when this
+broker becomes its leader (every partition at start on a single broker) and its transactional ids
+are dropped when the leadership moves. Each state change is written to the partition of its
+transactional id and waits for the ISR before it takes effect and the client is answered. After
+PrepareCommit/PrepareAbort the markers go to every partition of the transaction (through the
+``write_markers`` callable the broker provides: locally or by WriteTxnMarkers), retried until all
+are written, then CompleteCommit/CompleteAbort is written. A transaction found in a Prepare state
+at load has its markers written again, so a crash in the middle of a commit completes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator import records as rec
+from strom.coordinator import txn_records as trec
+from strom.coordinator.runtime_io import (
+    Leadership,
+    append_batch,
+    flush_logs,
+    replay_partition,
+    wait_replicated,
+)
+from strom.coordinator.txn_records import TxnLogValue, TxnState
+from strom.coordinator.txn_shard import TransactionCoordinatorShard, TxnConfig, TxnOutcome
+from strom.protocol.errors import ErrorCode as E
+from strom.records import batch as rb
+from strom.records import codec
+
+if TYPE_CHECKING:
+    from strom.storage.log import PartitionLog
+
+log = logging.getLogger("strom.transactions")
+
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+_MARKER_RETRY_S = 0.2
+TopicPartition = tuple[str, int]
+# (producer id, epoch, commit, coordinator epoch, partitions) -> error per partition
+MarkerWriter = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, E]]]
+# A marker that cannot be written because the partition is gone does not hold the transaction up.
+_MARKER_DONE = (E.none, E.unknown_topic_or_partition)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TransactionCoordinatorRuntime:
+    def __init__(self, broker: Any, write_markers: MarkerWriter, clock: Callable[[], int] = now_ms) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.write_markers = write_markers
+        cfg = broker.config
+        self.shard = TransactionCoordinatorShard(TxnConfig(int(getattr(cfg, "transaction_max_timeout_ms", 900_000))))
+        self.abort_interval_s = int(getattr(cfg, "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+                                            10_000)) / 1000
+        self.loaded = False
+        # Partitions of __transaction_state loaded here (-> leader epoch: the markers' coordinator epoch).
+        self.leadership = Leadership(broker, TRANSACTION_STATE_TOPIC_NAME, self._load_owned, self._owned_loaded,
+                                     self._unload)
+        self._markers: dict[str, asyncio.Task[Any]] = {}
+        self._ticker: asyncio.Task[Any] | None = None
+        # Counters for /metrics and the CLI.
+        self.commits = self.aborts = self.timeouts = 0
+
+    # ------------------------------------------------------------------ placement
+
+    @property
+    def num_partitions(self) -> int:
+        topic = self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME)
+        if topic is not None:
+            return int(topic.partitions)  # fixed once created
+        return int(getattr(self.broker.config, "transaction_state_log_num_partitions", 50))
+
+    def partition_for(self, transactional_id: str) -> int:
+        return rec.partition_for(transactional_id, self.num_partitions)  # Kafka's rule, as for groups
+
+    def error_for(self, transactional_id: str) -> E:
+        """NONE when this broker coordinates the transactional id now; else what to tell the client."""
+        if not self.loaded:
+            return E.coordinator_not_available
+        if self.broker.replicas is None:
+            return E.none
+        return self.leadership.error_for(self.partition_for(transactional_id))
+
+    def find_coordinator(self) -> None:
+        """FindCoordinator for a transactional id: like Kafka, when __transaction_state gets created."""
+        self._ensure_topic()
+
+    def _ensure_topic(self) -> None:
+        from strom.broker.topics import TOPIC_ALREADY_EXISTS, TopicError
+
+        if self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
+            return
+        cfg = self.broker.config
+        configs = {"cleanup.policy": "compact",
+                   "min.insync.replicas": str(getattr(cfg, "transaction_state_log_min_isr", 1)),
+                   "segment.bytes": str(getattr(cfg, "transaction_state_log_segment_bytes", 104857600))}
+        rf = int(getattr(cfg, "transaction_state_log_replication_factor", 1)) if self.broker.replicas is not None else 1
+        try:
+            self.broker.topics.create(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, rf, configs, internal=True)
+        except TopicError as e:
+            if e.error_code != TOPIC_ALREADY_EXISTS:
+                raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        replicas = self.broker.replicas
+        if replicas is not None:
+            self.leadership.follow()
+        else:
+            topic = self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME)
+            if topic is not None:
+                for partition in range(topic.partitions):
+                    plog = self.broker.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
+                    if plog is not None:
+                        await self._load_partition(plog)
+            log.info("transaction coordinator loaded %d transactional ids", len(self.shard.txns))
+            self._resume_markers(lambda _t: True)
+        self.loaded = True
+        self._ticker = self.broker.spawn(self._abort_loop())
+
+    async def stop(self) -> None:
+        self.loaded = False
+        tasks = [t for t in (self._ticker, *self._markers.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._ticker = None
+        self._markers.clear()
+
+    async def _load_owned(self, partition: int) -> None:
+        plog = self.broker.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
+        try:
+            if plog is not None:
+                await self._load_partition(plog)
+        except Exception:
+            self.shard.drop(lambda t: self.partition_for(t) != partition)
+            raise
+
+    def _owned_loaded(self, partition: int, leader_epoch: int, _result: None) -> None:
+        log.info("transaction coordinator: loaded %s-%d at leader epoch %d", TRANSACTION_STATE_TOPIC_NAME,
+                 partition, leader_epoch)
+        self._resume_markers(lambda t: self.partition_for(t) == partition)
+
+    def _unload(self, partition: int) -> None:
+        for txn_id in self.shard.drop(lambda t: self.partition_for(t) != partition):
+            task = self._markers.pop(txn_id, None)
+            if task is not None:
+                task.cancel()
+        log.info("transaction coordinator: unloaded %s-%d", TRANSACTION_STATE_TOPIC_NAME, partition)
+
+    async def _load_partition(self, plog: PartitionLog) -> None:
+        shard = self.shard
+
+        def on_batch(data: bytes, header: rb.BatchHeader, from_offset: int) -> None:
+            if header.is_control:
+                return
+            for record in codec.iter_records(data, header):
+                if record.offset < from_offset or record.key is None:
+                    continue
+                try:
+                    txn_id = trec.decode_key(record.key)
+                    if txn_id is not None:
+                        shard.apply(txn_id, None if record.value is None else trec.decode_value(record.value))
+                except rec.RecordFormatError as e:
+                    log.warning("skipping unreadable record at %s-%d offset %d: %s", plog.topic, plog.partition,
+                                record.offset, e)
+
+        await replay_partition(plog, on_batch)
+
+    def _resume_markers(self, mine: Callable[[str], bool]) -> None:
+        for meta in self.shard.preparing():
+            if mine(meta.transactional_id):
+                log.info("transaction %s was in %s: writing its markers", meta.transactional_id, meta.state.name)
+                self._start_markers(meta.transactional_id)
+
+    # ------------------------------------------------------------------ writing state
+
+    async def _write(self, transactional_id: str, outcome: TxnOutcome) -> E:
+        """Write the outcome's new state; it takes effect (and Prepare* starts the markers) once the
+        ISR has it. Returns the error for the client if the write failed."""
+        value = outcome.write
+        assert value is not None
+        partition = self.partition_for(transactional_id)
+        buf = bytearray(codec.build_batch([(trec.encode_key(transactional_id), trec.encode_value(value))],
+                                          timestamp_ms=self.clock()))
+        try:
+            self._ensure_topic()
+            plog, wait = append_batch(self.broker, TRANSACTION_STATE_TOPIC_NAME, partition, buf)
+            error = await wait_replicated(self.broker, [wait] if wait else [], 5.0)
+            if error is E.none and plog.needs_flush():
+                await flush_logs([plog])
+        except Exception as e:
+            log.error("could not write to %s-%d: %s", TRANSACTION_STATE_TOPIC_NAME, partition, e)
+            error = E.not_coordinator if self.broker.replicas is not None else E.coordinator_not_available
+        if error is not E.none:
+            self.shard.write_failed(transactional_id)
+            return error
+        self.shard.apply(transactional_id, value)
+        if value.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self._start_markers(transactional_id)
+        elif value.state is TxnState.COMPLETE_COMMIT:
+            self.commits += 1
+        elif value.state is TxnState.COMPLETE_ABORT:
+            self.aborts += 1
+        return E.none
+
+    async def _run(self, transactional_id: str, outcome: TxnOutcome) -> TxnOutcome:
+        if outcome.write is None:
+            return outcome
+        error = await self._write(transactional_id, outcome)
+        return outcome if error is E.none else TxnOutcome(error)
+
+    def _start_markers(self, transactional_id: str) -> None:
+        if transactional_id not in self._markers:
+            self._markers[transactional_id] = self.broker.spawn(self._complete(transactional_id))
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Markers to every partition (retried until written), then the Complete state."""
+        try:
+            done: set[TopicPartition] = set()
+            while True:
+                meta = self.shard.txns.get(transactional_id)
+                if meta is None or meta.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    return
+                todo = sorted(meta.partitions - done)
+                if todo:
+                    coordinator_epoch = self.leadership.owned.get(self.partition_for(transactional_id), 0)
+                    results = await self.write_markers(meta.producer_id, meta.producer_epoch,
+                                                       meta.state is TxnState.PREPARE_COMMIT, coordinator_epoch, todo)
+                    done.update(tp for tp, error in results.items() if error in _MARKER_DONE)
+                    if meta.partitions - done:
+                        await asyncio.sleep(_MARKER_RETRY_S)
+                        continue
+                outcome = self.shard.complete(self.clock(), transactional_id)
+                if outcome is None:
+                    return
+                if await self._write(transactional_id, outcome) is E.none:
+                    return
+                await asyncio.sleep(_MARKER_RETRY_S)
+        except Exception:
+            log.exception("transaction %s: writing markers failed", transactional_id)
+        finally:
+            self._markers.pop(transactional_id, None)
+
+    async def _abort_loop(self) -> None:
+        """Kafka's abortTimedOutTransactions, every transaction.abort.timed.out.transaction.cleanup.interval.ms."""
+        while True:
+            await asyncio.sleep(self.abort_interval_s)
+            now = self.clock()
+            for txn_id in self.shard.timed_out(now):
+                if self.error_for(txn_id) is not E.none:
+                    continue
+                outcome = self.shard.abort_timed_out(now, txn_id)
+                if outcome is not None:
+                    log.info("transaction %s timed out: aborting it", txn_id)
+                    self.timeouts += 1
+                    with contextlib.suppress(Exception):
+                        await self._write(txn_id, outcome)
+
+    # ------------------------------------------------------------------ the API for handlers
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
+                               producer_epoch: int) -> TxnOutcome:
+        outcome = self.shard.init_producer_id(self.clock(), transactional_id, timeout_ms, producer_id,
+                                              producer_epoch, self.broker.metadata.allocate_producer_id)
+        result = await self._run(transactional_id, outcome)
+        return result
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition]) -> E:
+        outcome = self.shard.add_partitions(self.clock(), transactional_id, producer_id, producer_epoch, partitions)
+        return (await self._run(transactional_id, outcome)).error
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[TopicPartition]) -> dict[TopicPartition, E]:
+        return self.shard.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> E:
+        outcome = self.shard.end_txn(self.clock(), transactional_id, producer_id, producer_epoch, commit)
+        return (await self._run(transactional_id, outcome)).error
+
+    def describe(self, transactional_id: str) -> TxnLogValue | None:
+        meta = self.shard.txns.get(transactional_id)
+        return meta.value() if meta is not None else None
+
+
+def fenced_error(error: E, version: int, since: int) -> E:
+    """PRODUCER_FENCED exists for a request version from ``since`` on (KIP-588); older clients
+    know it as INVALID_PRODUCER_EPOCH."""
+    return E.invalid_producer_epoch if error is E.producer_fenced and version < since else error
+
+
+def txn_coordinator_for(broker: Any, transactional_id: str) -> tuple[TransactionCoordinatorRuntime | None, E]:
+    """The transaction coordinator if this broker coordinates ``transactional_id`` now, else None
+    and the error for the client."""
+    runtime: TransactionCoordinatorRuntime | None = getattr(broker, "txn_coordinator", None)
+    if runtime is None:
+        return None, E.coordinator_not_available
+    error = runtime.error_for(transactional_id)
+    return (runtime, E.none) if error is E.none else (None, error)
