@@ -207,6 +207,26 @@ def run_against_new_broker(test: str, workdir: Path, *, scenario: str = "default
     return result, broker
 
 
+def run_against_new_cluster(test: str, workdir: Path, *, size: int = 3, scenario: str = "default",
+                            overrides: dict[str, str] | None = None, **kw: object) -> tuple[Result, str]:
+    """Start a cluster of its own for ``test`` (ZooKeeper and ``size`` strom brokers, as in
+    tests/cluster), run the test against it, stop it; returns the result and the brokers' log tails.
+    For the tests that create topics with replication factor 3, as librdkafka's test clusters allow."""
+    sys.path.insert(0, str(Path(__file__).parent / "cluster"))
+    from clusterproc import Cluster
+
+    settings = {**BROKER_OVERRIDES, **SCENARIOS[scenario], "transaction.state.log.replication.factor": str(size),
+                "transaction.state.log.min.isr": "2", **(overrides or {})}
+    cluster = Cluster(workdir / "cluster", size=size, overrides=settings)
+    try:
+        cluster.start()
+        result = run_test(test, cluster.bootstrap, workdir / "runner", scenario=scenario, **kw)  # type: ignore[arg-type]
+    finally:
+        logs = cluster.logs()
+        cluster.stop()
+    return result, logs
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description="Run librdkafka's own tests against a new strom broker each.")
     p.add_argument("tests", nargs="+", help="test names (0081_admin) or numbers (0081); a name runs in its scenario")
@@ -214,18 +234,24 @@ def main() -> int:
     p.add_argument("--full", action="store_true", help="not quick mode (-Q off): all sub-tests, more data")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per test (default 300)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the runner's whole output")
+    p.add_argument("--brokers", type=int, default=1, help="a cluster of this many brokers (with ZooKeeper)")
     ns = p.parse_args()
     failed = 0
     known = known_tests()
     for test in ns.tests:
         scenario = known[test][1] if test in known else "default"
         with tempfile.TemporaryDirectory(prefix=f"rdkafka-{test}-") as tmp:
-            result, broker = run_against_new_broker(test, Path(tmp), scenario=scenario, subtests=ns.subtests,
-                                                    quick=not ns.full, timeout=ns.timeout)
+            if ns.brokers > 1:
+                result, logs = run_against_new_cluster(test, Path(tmp), size=ns.brokers, scenario=scenario,
+                                                       subtests=ns.subtests, quick=not ns.full, timeout=ns.timeout)
+            else:
+                result, broker = run_against_new_broker(test, Path(tmp), scenario=scenario, subtests=ns.subtests,
+                                                        quick=not ns.full, timeout=ns.timeout)
+                logs = "\n".join(broker.log_lines[-30:])
         if ns.verbose or not result.passed:
             print(result.output if ns.verbose else result.tail())
             if not result.passed:
-                print("--- broker log (last 30 lines) ---\n" + "\n".join(broker.log_lines[-30:]))
+                print("--- broker logs ---\n" + logs)
         print(result.summary(), flush=True)
         failed += not result.passed
     return 1 if failed else 0

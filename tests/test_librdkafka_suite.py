@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from rdkafka_runner import missing_runner_message, run_against_new_broker, runner_path
+from rdkafka_runner import (
+    missing_runner_message,
+    run_against_new_broker,
+    run_against_new_cluster,
+    runner_path,
+)
 
 
 @dataclass(frozen=True)
@@ -21,9 +26,10 @@ class Case:
     name: str  # the test's name in librdkafka's tests/test.c
     subtests: str | None = None  # only the sub-tests whose name contains this (SUBTESTS)
     quick: bool = False  # the runner's quick mode (-Q): fewer sub-tests, less data
-    timeout: float = 60.0  # seconds for the runner; the pytest time limit adds a minute to it
+    timeout: float = 60.0  # seconds for the runner; the pytest time limit adds 90 s (broker start, stop)
     scenario: str = "default"  # "noautocreate": a broker with auto.create.topics.enable=false
     passes: int | None = None  # how many sub-test passes the runner must report, when fixed
+    brokers: int = 1  # more: a cluster of its own (ZooKeeper and strom brokers, tests/cluster)
 
     @property
     def id(self) -> str:
@@ -37,10 +43,10 @@ ACL_CASES = [Case("0081_admin", subtests=sub, passes=4) for sub in ("CreateAcls"
 # The rest of 0081_admin, one case per group of sub-tests with how many pass (each runs from a
 # producer and from a consumer client). Left out: AlterConfigs, which sets the Kerberos broker config
 # sasl.kerberos.min.time.before.relogin that strom does not know (docs/testing.md), and the slow
-# DescribeConsumerGroups, DeleteConsumerGroupOffsets, AlterConsumerGroupOffsets and
+# CreateTopics, DescribeConsumerGroups, DeleteConsumerGroupOffsets, AlterConsumerGroupOffsets and
 # ListConsumerGroupOffsets groups (they pass, in 9 to 26 seconds each).
 ADMIN_CASES = [Case("0081_admin", subtests=sub, passes=n) for sub, n in (
-    ("unclean_destroy", 4), ("CreateTopics", 10), ("DeleteTopics", 4), ("CreatePartitions", 4),
+    ("unclean_destroy", 4), ("DeleteTopics", 4), ("CreatePartitions", 4),
     ("DescribeConfigs", 2), ("DeleteRecords", 4), ("ListConsumerGroups", 4), ("DeleteGroups", 4),
 )]
 
@@ -64,7 +70,12 @@ REGRESSION_CASES = [Case(name) for name in (
     "0099_commit_metadata", "0112_assign_unknown_part", "0130_store_offsets", "0137_barrier_batch_consume",
 )]
 
-CASES = ACL_CASES + ADMIN_CASES + AUTH_CASES + REGRESSION_CASES
+# Transactions: 0103 (transactional producers: commit, abort, fencing, send_offsets_to_transaction;
+# it creates topics with replication factor 3, so it gets three brokers) and 0129 (a consumer
+# fetching past aborted transactions).
+TXN_CASES = [Case("0103_transactions", brokers=3, timeout=120), Case("0129_fetch_aborted_msgs")]
+
+CASES = ACL_CASES + ADMIN_CASES + AUTH_CASES + TXN_CASES + REGRESSION_CASES
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -73,13 +84,17 @@ def _runner_built() -> None:
         pytest.fail(missing_runner_message(), pytrace=False)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.timeout(c.timeout + 60))
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=pytest.mark.timeout(c.timeout + 90))
                                   for c in CASES])
 def test_librdkafka(case: Case, tmp_path: Path) -> None:
-    result, broker = run_against_new_broker(case.name, tmp_path, scenario=case.scenario, subtests=case.subtests,
-                                            quick=case.quick, timeout=case.timeout)
+    kw = {"scenario": case.scenario, "subtests": case.subtests, "quick": case.quick, "timeout": case.timeout}
+    if case.brokers > 1:
+        result, logs = run_against_new_cluster(case.name, tmp_path, size=case.brokers, **kw)  # type: ignore[arg-type]
+    else:
+        result, broker = run_against_new_broker(case.name, tmp_path, **kw)  # type: ignore[arg-type]
+        logs = "\n".join(broker.log_lines[-40:])
     report = (f"{result.summary()}\n--- librdkafka test-runner (last 80 lines) ---\n{result.tail()}\n"
-              "--- strom broker log (last 40 lines) ---\n" + "\n".join(broker.log_lines[-40:]))
+              f"--- strom broker logs (last lines) ---\n{logs}")
     assert result.returncode is not None, f"timed out after {case.timeout}s\n{report}"
     assert result.passed, report
     assert not result.subtests_skipped, f"sub-tests skipped: {result.subtests_skipped}\n{report}"
