@@ -166,6 +166,7 @@ def test_injected_not_leader_or_follower_is_retried_through(strom_broker_factory
     assert [r.value for r in broker.records("moving")] == [b"first", b"second"]
 
 
+@pytest.mark.timeout(200)
 def test_consumer_group_carries_on_through_injected_group_and_fetch_errors(strom_broker_factory: Factory) -> None:
     broker = strom_broker_factory()
     broker.create_topic("grouped", 2)
@@ -174,7 +175,11 @@ def test_consumer_group_carries_on_through_injected_group_and_fetch_errors(strom
     broker.inject_error("FindCoordinator", "COORDINATOR_NOT_AVAILABLE", count=2)
     broker.inject_error("JoinGroup", "COORDINATOR_NOT_AVAILABLE", count=1)
     broker.inject_error("Fetch", "NOT_LEADER_OR_FOLLOWER", count=2)
-    c = consumer(broker, "survivors", **{"retry.backoff.ms": 10})
+    # After the injected OffsetCommit error librdkafka marks the coordinator dead, and its retried
+    # commit can chase the coordinator connection's address changes for tens of seconds (each round
+    # a FindCoordinator queued behind the consumer's long-polling Fetch), without heartbeats: a
+    # session long enough that the member outlives that.
+    c = consumer(broker, "survivors", **{"retry.backoff.ms": 10, "session.timeout.ms": 150_000})
     try:
         c.subscribe(["grouped"])
         assert sorted(consume(c, 20)) == sorted(f"v{i}".encode() for i in range(20))
