@@ -1,12 +1,14 @@
 """Admin requests to any broker act on the whole cluster: topic and broker configs, more
-partitions; and min.insync.replicas refuses acks=all writes the ISR cannot carry."""
+partitions, deleted records; and min.insync.replicas refuses acks=all writes the ISR cannot carry."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from clusterproc import Cluster
 from conftest import unique
-from helpers import confluent_produce, wait_until
+from helpers import RawConnection, confluent_produce, ms, request_class, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -98,3 +100,68 @@ def test_min_insync_replicas_refuses_acks_all_below_it(cluster: Cluster) -> None
     cluster.brokers[3].start(timeout=60)
     cluster.wait_full_isr(topic, 1)
     assert len(confluent_produce(cluster.bootstrap, topic, [{"value": b"again"}], {"acks": "all"})) == 1
+
+
+def _delete_records(bootstrap: str, topic: str, offset: int) -> tuple[int, int]:
+    """One DeleteRecords for partition 0 sent to this broker (no client routing): (error, low watermark)."""
+    req = request_class("delete_records", 2, "DeleteRecordsRequest")
+    topic_cls = request_class("delete_records", 2, "DeleteRecordsTopic")
+    part_cls = request_class("delete_records", 2, "DeleteRecordsPartition")
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32, i64
+
+    body = req(topics=(topic_cls(name=TopicName(topic), partitions=(part_cls(partition_index=i32(0), offset=i64(offset)),)),),
+               timeout=ms(10_000))
+    with RawConnection(bootstrap, timeout=20) as conn:
+        p = conn.request(21, 2, body).topics[0].partitions[0]
+    return int(p.error_code), int(p.low_watermark)
+
+
+def test_delete_records_goes_to_the_leader_and_holds_after_failover(cluster: Cluster) -> None:
+    """DeleteRecords is the leader's to answer (a follower says NOT_LEADER_OR_FOLLOWER); the leader
+    answers once every live replica moved its log start, so the deleted records stay deleted when a
+    follower takes over after the leader is SIGKILLed."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    topic = unique("delrec")
+    admin = _admin(cluster.bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]])])[topic].result(30)
+    cluster.wait_full_isr(topic, 1)
+    confluent_produce(cluster.bootstrap, topic, [{"value": b"r%d" % i} for i in range(100)], {"acks": "all"})
+    leader = cluster.leader(topic, 0)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    error, _ = _delete_records(cluster.brokers[follower].bootstrap, topic, 60)
+    assert error == 6, f"a follower answered DeleteRecords with error {error}, not NOT_LEADER_OR_FOLLOWER"
+
+    done = admin.delete_records([TopicPartition(topic, 0, 60)])
+    low = next(iter(done.values())).result(30)
+    assert low.low_watermark == 60, low
+    assert _delete_records(cluster.brokers[leader].bootstrap, topic, 40) == (0, 60)  # never moves back
+
+    cluster.brokers[leader].kill()
+    try:
+        cluster.wait_leader(topic, 0, not_in={leader})
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique("g"),
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        try:
+            def low_after_failover() -> int | None:
+                try:
+                    lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5, cached=False)
+                except Exception:
+                    return None  # librdkafka still asks the dead leader
+                return int(lo) if hi == 100 else None
+
+            assert wait_until(low_after_failover, 30, what="watermarks from the new leader") == 60
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            msg = None
+            deadline = time.monotonic() + 30
+            while msg is None and time.monotonic() < deadline:
+                m = consumer.poll(1)
+                if m is not None and not m.error():
+                    msg = m
+            assert msg is not None and msg.offset() == 60 and msg.value() == b"r60", msg
+        finally:
+            consumer.close()
+    finally:
+        cluster.brokers[leader].start(timeout=60)

@@ -13,6 +13,7 @@ leader that cannot reach ZooKeeper can never shrink the ISR to itself and acknow
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_end: int = -1
+    log_start_offset: int = -1  # as the follower's last fetch reported it (DeleteRecords waits on it)
 
 
 @dataclass
@@ -63,7 +65,8 @@ class Partition:
         self.followers = {b: FollowerState(last_caught_up_ms=now_ms) for b in self.replicas if b != self.broker_id}
         self.log.replicated = True
 
-    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1) -> bool:
+        """Record a follower's fetch; True when its log start offset moved forward."""
         f = self.followers.get(replica_id)
         if f is None:
             f = self.followers[replica_id] = FollowerState(last_caught_up_ms=0)
@@ -75,6 +78,19 @@ class Partition:
         f.log_end_offset = fetch_offset
         f.last_fetch_ms = now_ms
         f.last_fetch_leader_end = leader_end
+        start_moved = log_start_offset > f.log_start_offset
+        if start_moved:
+            f.log_start_offset = log_start_offset
+        return start_moved
+
+    def low_watermark(self, alive: Container[int]) -> int:
+        """The lowest log start offset among this leader and its followers on live brokers (Kafka's
+        low watermark): a DeleteRecords is complete once it reaches the requested offset everywhere."""
+        low = self.log.log_start_offset
+        for b, f in self.followers.items():
+            if b in alive and f.log_start_offset >= 0:
+                low = min(low, f.log_start_offset)
+        return low
 
     def maybe_advance_high_watermark(self) -> bool:
         """HW = the lowest log end offset in the ISR; True when it moved."""

@@ -215,11 +215,12 @@ class ReplicaManager:
                 return None, E.unknown_leader_epoch
         return part, E.none
 
-    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
         """A follower fetched from ``fetch_offset``: its log reaches there. Only a fetch brings a
         follower back into the ISR (as in Kafka): what a dead broker fetched last never does, and
         neither does a broker in a controlled shutdown (the controller just took it out)."""
-        part.update_follower(replica_id, fetch_offset, now_ms())
+        if part.update_follower(replica_id, fetch_offset, now_ms(), log_start_offset):
+            self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for this follower
         self._after_hw_inputs_changed(part)
         if part.can_join_isr(replica_id) and replica_id in self.store.brokers \
                 and replica_id not in self.store.shutting_down:
@@ -305,6 +306,22 @@ class ReplicaManager:
                     result["error_code"] = E.request_timed_out
                 return
             await self.broker.purgatory.wait([p.key for p, _, _ in pending], remaining)
+
+    async def wait_for_low_watermark(self, part: Partition, offset: int, timeout_s: float) -> tuple[int, int]:
+        """DeleteRecords on the leader: wait until every replica on a live broker has moved its log
+        start to ``offset`` (followers learn it from their next fetch). Returns (error, low watermark)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            if self.partitions.get(part.key) is not part or not part.is_leader:
+                return E.not_leader_or_follower, -1
+            low = part.low_watermark(self.store.brokers)
+            if low >= offset:
+                return E.none, low
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return E.request_timed_out, low
+            await self.broker.purgatory.wait([part.key], remaining)
 
     # ---- views -----------------------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                 plog = part.log if part is not None else None
                 if part is not None and replica_id >= 0 and p.fetch_offset <= part.log.log_end_offset:
                     # A follower: its fetch offset is its log end; it copies up to ours.
-                    replicas.follower_fetched(part, replica_id, p.fetch_offset)
+                    replicas.follower_fetched(part, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
                     max_offset = part.log.log_end_offset
             if plog is None:
                 errors = True
