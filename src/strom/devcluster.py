@@ -58,12 +58,16 @@ def zookeeper_mode(port: int, timeout: float = 1.0) -> str | None:
 
 
 class ZooKeeperServer:
-    """One standalone ZooKeeper. ``tick_ms`` sets the session timeouts it allows: 2 to 20 ticks."""
+    """One standalone ZooKeeper. ``tick_ms`` sets the session timeouts it allows: 2 to 20 ticks, unless
+    ``max_session_ms`` raises the upper bound (sessions expire in tick-sized steps, so a small tick
+    with a large bound detects a dead broker closer to its session timeout)."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 250) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 250,
+                 max_session_ms: int | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.tick_ms = tick_ms
+        self.max_session_ms = max_session_ms
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,6 +85,7 @@ class ZooKeeperServer:
             "maxClientCnxns=0",
             "admin.enableServer=false",
             "4lw.commands.whitelist=srvr,ruok,stat",
+            *([f"maxSessionTimeout={self.max_session_ms}"] if self.max_session_ms else []),
             "",
         ]))
         env = {**os.environ, "ZOO_LOG_DIR": str(self.data_dir), "ZOO_LOG4J_PROP": "WARN,CONSOLE",

@@ -173,3 +173,44 @@ def test_rolling_restart_under_load(cluster: Cluster) -> None:
     assert not producer.acks.errors, producer.acks.errors[:5]
     assert check_acknowledged(cluster, topic, 3, producer.acks) == producer.sent
     wait_replicas_identical(cluster, topic, 3)
+
+
+def test_metadata_names_the_new_leader_while_the_dead_broker_is_still_listed(cluster: Cluster) -> None:
+    """After a leader is SIGKILLed, the first Metadata answers that name its partition's new leader
+    still list the dead broker (so librdkafka moves the partition instead of parking it on no
+    broker); no answer names a dead broker as a leader; a few seconds later it is gone."""
+    from helpers import RawConnection
+
+    from strom.broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
+
+    topic = unique("departed")
+    _create(cluster, topic, 1, assignment=[[2, 3, 1]])
+    cluster.wait_full_isr(topic, 1)
+    controller = cluster.controller()
+    victim = 2
+    survivor = next(b for b in (1, 3) if b != controller) if controller != victim else 1
+    cluster.brokers[victim].kill()
+    try:
+        wait_until(lambda: victim not in cluster.registered(), SESSION_TIMEOUT_MS / 1000 + 10,
+                   interval=0.02, what="the victim's registration gone")
+        gone_at = time.monotonic()
+        with RawConnection(cluster.brokers[survivor].bootstrap) as conn:
+            def answer() -> tuple[int, list[int]]:
+                md = conn.metadata([topic])
+                return int(md.topics[0].partitions[0].leader_id), sorted(int(b.node_id) for b in md.brokers)
+
+            def new_leader_named() -> tuple[int, list[int]] | None:
+                leader, brokers = answer()
+                assert leader != victim, "a dead broker named as leader"
+                return (leader, brokers) if leader > 0 else None
+
+            leader, brokers = wait_until(new_leader_named, 15, interval=0.02, what="the new leader in Metadata")
+            named_after = time.monotonic() - gone_at
+            assert leader in (1, 3)
+            if named_after < DEPARTED_BROKER_GRACE_S - 0.5:  # always so unless the machine stalls for seconds
+                assert brokers == [1, 2, 3], (brokers, named_after)
+            wait_until(lambda: answer()[1] == sorted({1, 3}), DEPARTED_BROKER_GRACE_S + 5, interval=0.1,
+                       what="the dead broker dropped from Metadata")
+            assert time.monotonic() - gone_at >= DEPARTED_BROKER_GRACE_S - 0.5
+    finally:
+        cluster.brokers[victim].start(timeout=60)

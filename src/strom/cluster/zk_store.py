@@ -70,6 +70,9 @@ class ZkMetadataStore(TopicLookups):
                               command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self.cluster_id = ""
         self.brokers: dict[int, BrokerRegistration] = {}
+        # Brokers whose registration vanished, with when (loop time): Metadata keeps naming them
+        # for a moment (see recently_departed).
+        self.departed: dict[int, tuple[BrokerRegistration, float]] = {}
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
@@ -191,9 +194,22 @@ class ZkMetadataStore(TopicLookups):
             regs[int(child)] = zl.decode_broker(int(child), data, stat.czxid)
 
         def update() -> None:
+            now = time.monotonic()
+            for b, reg in self.brokers.items():
+                if b not in regs:
+                    self.departed[b] = (reg, now)
+            for b in regs:
+                self.departed.pop(b, None)
             self.brokers = regs
 
         self._post(ClusterEvent("brokers"), update)
+
+    def recently_departed(self, within_s: float) -> list[BrokerRegistration]:
+        """Brokers whose registration vanished less than ``within_s`` ago (oldest forgotten)."""
+        now = time.monotonic()
+        for b in [b for b, (_, t) in self.departed.items() if now - t > within_s]:
+            del self.departed[b]
+        return [reg for reg, _ in self.departed.values()]
 
     def _deletes_requested(self, children: list[str]) -> None:
         if children:

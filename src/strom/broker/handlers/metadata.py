@@ -80,15 +80,28 @@ def _cluster_topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
             "partitions": partitions, "topic_authorized_operations": -2147483648}
 
 
-def brokers_and_controller(broker: Broker, listener: str = "") -> tuple[list[dict[str, Any]], int]:
+# How long Metadata keeps naming a broker whose registration vanished. librdkafka drops a broker
+# that a Metadata answer leaves out before it applies that answer's new leaders, and a partition
+# it was leading then sits on no broker until its next 1 s metadata scan; an answer that names the
+# new leader while still listing the dead broker moves the partition at once (measured in
+# docs/performance.md, "Unavailability when a leader dies"). Leaders are never a departed broker.
+DEPARTED_BROKER_GRACE_S = 3.0
+
+
+def brokers_and_controller(broker: Broker, listener: str = "",
+                           with_departed: bool = False) -> tuple[list[dict[str, Any]], int]:
     """The live brokers as clients on ``listener`` should reach them (Kafka answers with the
-    endpoints of the listener the request came in on), and the controller's id."""
+    endpoints of the listener the request came in on), and the controller's id; with
+    ``with_departed`` (Metadata) also the brokers that left in the last DEPARTED_BROKER_GRACE_S."""
     if broker.cluster is None:
         node = broker.node_for(listener)
         return [{"node_id": node.broker_id, "host": node.host, "port": node.port, "rack": node.rack}], node.broker_id
     store = broker.cluster.store
     out = []
-    for reg in sorted(store.brokers.values(), key=lambda r: r.broker_id):
+    regs = list(store.brokers.values())
+    if with_departed:
+        regs += store.recently_departed(DEPARTED_BROKER_GRACE_S)
+    for reg in sorted(regs, key=lambda r: r.broker_id):
         host, port = reg.address_for(listener)
         out.append({"node_id": reg.broker_id, "host": host, "port": port, "rack": reg.rack})
     return out, store.controller_id
@@ -148,7 +161,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             if entry["error_code"] == 0:
                 entry["topic_authorized_operations"] = acls.authorized_operations(ctx, ResourceType.TOPIC,
                                                                                   entry["name"])
-    brokers, controller = brokers_and_controller(broker, ctx.listener)
+    brokers, controller = brokers_and_controller(broker, ctx.listener, with_departed=True)
     return {
         "throttle_time": 0,
         "brokers": brokers,
