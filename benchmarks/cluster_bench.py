@@ -69,7 +69,7 @@ CLUSTER_SETTINGS = {
     "min.insync.replicas": "2",
 }
 # ZooKeeper expires sessions in tick-sized steps; its session bound is raised to 10 s whatever the tick.
-ZK_TICK_MS = 500
+ZK_TICK_MS = 100
 RECORD_SIZE = 1024
 
 
