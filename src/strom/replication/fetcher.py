@@ -63,9 +63,10 @@ class _Fetching:
 
 
 class ReplicaFetcher:
-    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+    def __init__(self, manager: ReplicaManager, leader_id: int, fetcher_id: int = 0) -> None:
         self.manager = manager
         self.leader_id = leader_id
+        self.fetcher_id = fetcher_id  # which of num.replica.fetchers for this leader
         self.partitions: dict[tuple[str, int], _Fetching] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
@@ -191,8 +192,8 @@ class ReplicaFetcher:
             raise LookupError(f"broker {self.leader_id} is not registered")
         listener = manager.broker.config.inter_broker_listener_name or ""
         endpoint = reg.address_for(listener)
-        return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}", self.socket_timeout_s,
-                                manager.broker.inter_broker_security)
+        return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}-{self.fetcher_id}",
+                                self.socket_timeout_s, manager.broker.inter_broker_security)
 
     def _error_backoff(self, f: _Fetching, error_code: int) -> float:
         if error_code in _LEADER_NOT_READY and time.monotonic() - f.added_at < self.backoff_s:

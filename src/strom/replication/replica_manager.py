@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +35,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
+    """Which of a leader's ``fetchers`` copies this partition: stable across restarts (crc32, not
+    Python's salted hash) so a partition keeps its fetcher."""
+    return (zlib.crc32(topic.encode()) * 31 + partition) % fetchers
+
+
 class ReplicaManager:
     def __init__(self, broker: Broker, store: ZkMetadataStore) -> None:
         self.broker = broker
         self.store = store
         self.broker_id = broker.config.broker_id
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.fetchers: dict[int, ReplicaFetcher] = {}
+        # (leader broker, fetcher index): num.replica.fetchers per leader, partitions spread by hash.
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
         self._shrink_task: asyncio.Task[Any] | None = None
@@ -159,9 +167,10 @@ class ReplicaManager:
         if state.leader < 0:
             log.info("%s-%d: offline (no leader) at epoch %d", part.topic, part.partition, state.leader_epoch)
             return
-        fetcher = self.fetchers.get(state.leader)
+        key = (state.leader, fetcher_index(part.topic, part.partition, self.broker.config.num_replica_fetchers))
+        fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = self.fetchers[state.leader] = ReplicaFetcher(self, state.leader)
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
             fetcher.start()
         fetcher.add(part)
         log.info("%s-%d: follower of %d at epoch %d", part.topic, part.partition, state.leader,
