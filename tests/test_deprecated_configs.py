@@ -185,7 +185,7 @@ def test_definitions() -> None:
         TOPIC_CONFIGS,
         TOPIC_DEFS,
         ConfigError,
-        deprecation_warnings,
+        no_effect_warnings,
         validate_topic_configs,
     )
 
@@ -198,6 +198,8 @@ def test_definitions() -> None:
     for bad in ("3", "3.0-iv1", "latest", ""):
         with pytest.raises(ConfigError, match="message.format.version"):
             validate_topic_configs({"message.format.version": bad})
-    lines = deprecation_warnings({"message.format.version": "2.8", "retention.ms": "1", "preallocate": "true"},
-                                 TOPIC_DEFS, "topic t")
-    assert len(lines) == 1 and lines[0].startswith("topic t: config message.format.version=2.8 " + DEPRECATED)
+    lines = no_effect_warnings({"message.format.version": "2.8", "retention.ms": "1", "preallocate": "true",
+                                "message.downconversion.enable": "true"}, TOPIC_DEFS, "topic t")
+    assert len(lines) == 2 and lines[0].startswith("topic t: config message.format.version=2.8 " + DEPRECATED)
+    # An ignored key says so when set to anything but its default (which is what strom does anyway).
+    assert lines[1].startswith("topic t: config preallocate=true is accepted but strom does not act on it")

@@ -18,8 +18,8 @@ from strom.config import (
     BrokerConfig,
     ConfigError,
     check_dynamic_names,
-    deprecation_warnings,
     log_config_for,
+    no_effect_warnings,
     topic_config_values,
     validate_topic_configs,
     with_dynamic_configs,
@@ -188,7 +188,7 @@ class ConfigAdmin:
             log.info("topic %s configs are now %s", resource_name, configs)
             # Once per change, not again for a later change of another key.
             changed = {k: v for k, v in configs.items() if before.get(k) != v}
-            for line in deprecation_warnings(changed, TOPIC_DEFS, f"topic {resource_name}"):
+            for line in no_effect_warnings(changed, TOPIC_DEFS, f"topic {resource_name}"):
                 log.warning("%s", line)
         else:
             assert new_broker_config is not None

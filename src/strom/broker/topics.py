@@ -232,9 +232,9 @@ class TopicManager:
 
     @staticmethod
     def _warn_deprecated(name: str, configs: dict[str, str]) -> None:
-        from strom.config import TOPIC_DEFS, deprecation_warnings
+        from strom.config import TOPIC_DEFS, no_effect_warnings
 
-        for line in deprecation_warnings(configs, TOPIC_DEFS, f"topic {name}"):
+        for line in no_effect_warnings(configs, TOPIC_DEFS, f"topic {name}"):
             log.warning("%s", line)
 
     def get_or_auto_create(self, name: str) -> TopicInfo | None:

@@ -16,7 +16,7 @@ from ._defs import (
     ConfigSynonym,
     ConfigType,
     Importance,
-    deprecation_warnings,
+    no_effect_warnings,
 )
 from .broker import BrokerConfig, Listener, parse_listeners, read_properties
 from .definitions import BROKER_CONFIGS, BROKER_DEFS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, TOPIC_DEFS
@@ -46,7 +46,7 @@ __all__ = [
     "Importance",
     "Listener",
     "check_dynamic_names",
-    "deprecation_warnings",
+    "no_effect_warnings",
     "describe_topic_config",
     "log_config_for",
     "parse_listeners",

@@ -316,13 +316,20 @@ def java_double(x: float) -> str:
     return ("-" if sign else "") + f"{mantissa}E{e10}"
 
 
-def deprecation_warnings(configs: Mapping[str, str | None], defs: Mapping[str, ConfigDef], where: str) -> list[str]:
-    """One log line per deprecated key set in ``configs``, naming the key: it is accepted, and does nothing."""
-    return [
-        f"{where}: config {name}={value} is deprecated and has no effect: {defs[name].deprecated}"
-        for name, value in configs.items()
-        if value is not None and name in defs and defs[name].deprecated is not None
-    ]
+def no_effect_warnings(configs: Mapping[str, str | None], defs: Mapping[str, ConfigDef], where: str) -> list[str]:
+    """One log line per key set in ``configs`` that is accepted and does nothing, naming the key: every
+    deprecated key, and an ignored one (kept for server.properties files written for Kafka) set to
+    something other than its default, so a setting strom does not act on is never silent."""
+    lines = []
+    for name, value in configs.items():
+        d = defs.get(name)
+        if value is None or d is None or not d.ignored:
+            continue
+        if d.deprecated is not None:
+            lines.append(f"{where}: config {name}={value} is deprecated and has no effect: {d.deprecated}")
+        elif value != d.default:
+            lines.append(f"{where}: config {name}={value} is accepted but strom does not act on it ({d.doc})")
+    return lines
 
 
 def snake(name: str) -> str:

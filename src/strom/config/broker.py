@@ -21,8 +21,8 @@ from ._defs import (
     ConfigSource,
     ConfigSynonym,
     Value,
-    deprecation_warnings,
     format_value,
+    no_effect_warnings,
     snake,
 )
 from .definitions import (
@@ -310,7 +310,7 @@ class BrokerConfig:
             raw.update(read_properties(Path(path)))
         raw.update(parse_overrides(overrides))
         config = cls._build(raw)
-        for line in deprecation_warnings(raw, BROKER_DEFS, "broker"):
+        for line in no_effect_warnings(raw, BROKER_DEFS, "broker"):
             log.warning("%s", line)
         return config
 
