@@ -301,3 +301,30 @@ def test_leader_cut_from_zookeeper_only_loses_nothing(cluster: Cluster, network:
         assert not p.acks.errors, p.acks.errors[:5]
     check_acknowledged(cluster, topic, 1, [producer.acks, survivor.acks, prober.acks])
     wait_replicas_identical(cluster, topic, 1)
+
+
+def test_admin_requests_fail_fast_while_cut_from_zookeeper(cluster: Cluster, network: Network) -> None:
+    """A broker without its ZooKeeper connection answers CreateTopics with the retriable
+    REQUEST_TIMED_OUT at once instead of holding its event loop in the ZooKeeper client until the
+    link returns; meanwhile it goes on serving produce requests for the partitions it leads."""
+    topic = unique("zkadmin")
+    _create(cluster, topic)
+    leader = cluster.leader(topic, 0)
+    network.zookeeper[leader].cut("reset")
+    try:
+        with RawConnection(cluster.brokers[leader].bootstrap, timeout=5) as conn:
+            answers: list[int] = []
+
+            def refused_at_once() -> bool:
+                started = time.monotonic()
+                answers.append(int(conn.create_topic(unique("during-cut"), 1).error_code))
+                assert time.monotonic() - started < 2.0, f"CreateTopics took {time.monotonic() - started:.1f}s"
+                return answers[-1] == REQUEST_TIMED_OUT
+
+            wait_until(refused_at_once, 15, interval=0.2, what="CreateTopics refused while cut from ZooKeeper")
+            started = time.monotonic()
+            assert conn.produce(topic, 0, values_batch([b"during the cut"]), acks=1).error_code == 0
+            assert time.monotonic() - started < 2.0
+    finally:
+        network.heal()
+    assert set(answers) <= {REQUEST_TIMED_OUT, 56}, answers  # 56: a call the cut itself broke off

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from strom.cluster.metadata import ZooKeeperUnavailable
 from strom.config import (
     TOPIC_DEFS,
     BrokerConfig,
@@ -38,6 +39,7 @@ TOPIC = 2
 BROKER = 4
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 
@@ -181,6 +183,13 @@ class ConfigAdmin:
         new_broker_config = self.validate(resource_type, resource_name, configs)
         if validate_only:
             return
+        try:
+            self._alter(resource_type, resource_name, configs, new_broker_config)
+        except ZooKeeperUnavailable as e:
+            raise ConfigChangeError(REQUEST_TIMED_OUT, str(e)) from None
+
+    def _alter(self, resource_type: int, resource_name: str, configs: dict[str, str],
+               new_broker_config: BrokerConfig | None) -> None:
         if resource_type == TOPIC:
             before = self.current(TOPIC, resource_name)
             self.broker.metadata.set_topic_configs(resource_name, configs)

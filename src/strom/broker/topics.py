@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from strom.cluster.metadata import LocalMetadataStore, TopicInfo, validate_topic_name
+from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -38,6 +38,7 @@ class TopicError(Exception):
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
+REQUEST_TIMED_OUT = 7
 INVALID_TOPIC_EXCEPTION = 17
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
@@ -206,6 +207,8 @@ class TopicManager:
         except Exception as e:  # NodeExists: another broker created it first
             if type(e).__name__ == "NodeExistsError":
                 raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+            if isinstance(e, ZooKeeperUnavailable):  # retriable: the client tries again
+                raise TopicError(REQUEST_TIMED_OUT, f"Could not create '{name}': {e}") from None
             raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create '{name}' in ZooKeeper: {e}") from e
         log.info("created topic %s with %d partitions, replication factor %d (id %s)", name, partitions, rf, topic_id)
         self._warn_deprecated(name, configs)
@@ -323,7 +326,10 @@ class TopicManager:
             raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         if self.broker.cluster is not None:
             # The controller deletes it; every broker then drops its logs (replica manager).
-            self.broker.cluster.store.request_delete(name)
+            try:
+                self.broker.cluster.store.request_delete(name)
+            except ZooKeeperUnavailable as e:
+                raise TopicError(REQUEST_TIMED_OUT, str(e)) from None
             return
         self._local_store().delete_topic(name)
         paths = self.broker.log_manager.schedule_delete(name)

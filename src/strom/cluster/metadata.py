@@ -20,6 +20,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 METADATA_FILE = "strom-cluster-metadata.json"
 
 
+
+class ZooKeeperUnavailable(RuntimeError):
+    """No ZooKeeper connection for a write (defined here, without kazoo, for single-broker imports)."""
+
 class InvalidTopicName(ValueError):
     pass
 

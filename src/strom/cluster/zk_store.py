@@ -27,17 +27,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from strom.cluster import zk_layout as zl
-from strom.cluster.metadata import TopicInfo, TopicLookups, _new_cluster_id
+from strom.cluster.metadata import TopicInfo, TopicLookups, ZooKeeperUnavailable, _new_cluster_id
 from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAssignment
 
 log = logging.getLogger("strom.cluster")
 
 T = TypeVar("T")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
-
-class ZooKeeperUnavailable(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -358,9 +354,16 @@ class ZkMetadataStore(TopicLookups):
 
     # ---- MetadataStore (topics(), get_topic() and topic_by_id() come from TopicLookups) -------
 
+    def _require_connection(self) -> None:
+        """Called before the writes that run on the event loop (admin requests): without a ZooKeeper
+        connection kazoo would hold the call, and the whole broker with it, until one comes back."""
+        if not self.zk.connected:
+            raise ZooKeeperUnavailable(f"no connection to ZooKeeper at {self.connect_string}")
+
     def create_topic_assignment(self, name: str, topic_id: uuid.UUID, replicas: dict[int, list[int]],
                                 configs: dict[str, str]) -> None:
         """Blocking: the config node first, then the topic node (what the controller watches)."""
+        self._require_connection()
         data = zl.encode_config(dict(configs))
         try:
             self.zk.create(zl.topic_config_path(name), data, makepath=True)
@@ -377,10 +380,12 @@ class ZkMetadataStore(TopicLookups):
             name, current.topic_id, merged, current.adding, current.removing)), version=stat.version)
 
     def request_delete(self, name: str) -> None:
+        self._require_connection()
         with contextlib.suppress(NodeExistsError):
             self.zk.create(zl.delete_topic_path(name), b"", makepath=True)
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self._require_connection()
         self.zk.set(zl.topic_config_path(name), zl.encode_config(dict(configs)))
         self.topic_configs[name] = dict(configs)  # at once for this broker; the watch tells the others
         self._refresh_topic(name)
@@ -389,6 +394,7 @@ class ZkMetadataStore(TopicLookups):
         return dict(self._broker_configs.get(resource_name, {}))
 
     def set_broker_configs(self, resource_name: str, configs: dict[str, str]) -> None:
+        self._require_connection()
         path = zl.broker_config_path(resource_name)
         data = zl.encode_config(dict(configs))
         try:
@@ -410,6 +416,7 @@ class ZkMetadataStore(TopicLookups):
         return pid
 
     def _take_producer_id_block(self) -> tuple[int, int]:
+        self._require_connection()
         while True:
             try:
                 data, stat = self.zk.get(zl.PRODUCER_ID_BLOCK)

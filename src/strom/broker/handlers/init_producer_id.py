@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.cluster.metadata import ZooKeeperUnavailable
 from strom.coordinator.txn_runtime import fenced_error, txn_coordinator_for
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
@@ -48,4 +49,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if pid >= 0 and epoch >= 0 and epoch < 32767:
         # KIP-360: an idempotent producer may bump its own epoch to reset sequences.
         return _answer(E.none, pid, epoch + 1)
-    return _answer(E.none, broker.metadata.allocate_producer_id(), 0)
+    try:
+        return _answer(E.none, broker.metadata.allocate_producer_id(), 0)
+    except ZooKeeperUnavailable:  # no new block of ids without ZooKeeper: the producer asks again
+        return _answer(E.coordinator_not_available)
