@@ -139,6 +139,9 @@ def test_timed_out_transaction_aborted(txn_broker: BrokerProcess) -> None:
     assert confluent_values(bs, topic, 1, "read_committed") == [b"later"]
     with pytest.raises(KafkaException):
         producer.commit_transaction(10)  # fenced by the abort's epoch bump
+    from test_metrics import admin_url, scrape, value
+
+    assert value(scrape(admin_url(txn_broker)), "strom_transactions_timed_out_total") >= 1
 
 
 def test_invalid_transaction_timeout(txn_broker: BrokerProcess) -> None:
