@@ -491,7 +491,9 @@ def hanging_transactions(broker: Broker, now: int, topics: Iterable[str] | None 
         if broker.leader_log(plog.topic, plog.partition)[0] is not plog:
             continue  # a follower: its leader answers for it
         for pid, first_offset in plog.producer_state.ongoing_txns.items():
-            entry = plog.producer_state.producers[pid]
+            entry = plog.producer_state.producers.get(pid)
+            if entry is None:
+                continue
             reasons = []
             if now - entry.last_timestamp > max_timeout:
                 reasons.append("older than transaction.max.timeout.ms")
