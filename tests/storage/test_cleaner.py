@@ -505,3 +505,39 @@ def test_an_interrupted_swap_keeps_the_cleaned_txn_index(tmp_path: Path) -> None
     complete_swaps(tmp_path)
     assert (tmp_path / (base + TXN_INDEX_SUFFIX)).read_bytes() == new_index
     assert not (tmp_path / (base + TXN_INDEX_SUFFIX + SWAP_SUFFIX)).exists()
+
+
+def test_marker_rules_one_batch_at_a_time() -> None:
+    """CleanedTransactionMetadata and filter_marker on their own: an emptied control batch goes at
+    once; a removable marker first gets its horizon, then goes after it; a kept one is unchanged."""
+    from strom.records.batch import TRANSACTIONAL_MASK, BatchHeader, read_header
+    from strom.records.control import build_marker_batch
+    from strom.records.filter import empty_batch
+    from strom.storage.cleaner import CleanedTransactionMetadata, filter_marker
+    from strom.storage.txn_index import AbortedTxn
+
+    def header_of(data: bytes, base_offset: int) -> tuple[bytes, BatchHeader]:
+        buf = bytearray(data)
+        buf[0:8] = base_offset.to_bytes(8, "big")
+        return bytes(buf), read_header(bytes(buf))
+
+    data_batch = build_batch([(b"k", b"v")], timestamp_ms=1, producer_id=5, producer_epoch=0, base_sequence=0,
+                             attributes_extra=TRANSACTIONAL_MASK)
+    txns = CleanedTransactionMetadata([AbortedTxn(5, 0, 1, 2)])
+    _, h0 = header_of(data_batch, 0)
+    assert txns.on_batch(h0)  # aborted: its records go
+    abort, h1 = header_of(build_marker_batch(5, 0, False, 0, 1), 1)
+    assert txns.on_marker(abort, h1) == (False, AbortedTxn(5, 0, 1, 2))
+    commit, h2 = header_of(build_marker_batch(5, 0, True, 0, 1), 2)
+    assert txns.on_marker(commit, h2) == (True, None)  # no batch of it left
+    stamped = filter_marker(commit, h2, True, now_ms=100, delete_retention_ms=50)
+    assert stamped.data is not None and stamped.horizon_ms == 150
+    h3 = read_header(stamped.data)
+    assert h3.is_control and delete_horizon(h3) == 150
+    assert filter_marker(stamped.data, h3, True, now_ms=149, delete_retention_ms=50).data == stamped.data
+    assert filter_marker(stamped.data, h3, True, now_ms=150, delete_retention_ms=50).data is None
+    assert filter_marker(commit, h2, False, now_ms=100, delete_retention_ms=50).data == commit
+    emptied = empty_batch(h2)
+    he = read_header(emptied)
+    assert CleanedTransactionMetadata([]).on_marker(emptied, he) == (True, None)
+    assert filter_marker(emptied, he, True, now_ms=100, delete_retention_ms=50).data is None

@@ -292,6 +292,8 @@ def filter_marker(data: bytes, header: BatchHeader, removable: bool, now_ms: int
     that are reading the log still see it) and removed by a cleaning after that horizon."""
     if not removable:
         return FilterResult(data, header.records_count, 0, None)
+    if header.records_count == 0:
+        return FilterResult(None, 0, 0, None)  # an emptied control batch: nothing left to show
     horizon = delete_horizon(header)
     if horizon is None:
         horizon = now_ms + delete_retention_ms
