@@ -207,9 +207,10 @@ def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProces
         producer.commit_transaction(20)
 
 
-def test_cli_find_hanging(txn_broker: BrokerProcess) -> None:
+def test_cli_find_hanging_and_abort(txn_broker: BrokerProcess) -> None:
     """Kafka's find-hanging: an open transaction older than the max timeout that no coordinator
-    knows is listed; an equally old one its coordinator still has open is not."""
+    knows is listed; an equally old one its coordinator still has open is not. Kafka's abort then
+    ends the hanging one."""
     from click.testing import CliRunner
 
     from strom.cli.transactions import transactions
@@ -239,6 +240,24 @@ def test_cli_find_hanging(txn_broker: BrokerProcess) -> None:
         assert missing.exit_code != 0 and "does not exist" in missing.output
     finally:
         live.commit_transaction(20)
+    # kafka-transactions.sh abort: an ABORT marker ends it, and read_committed readers move on.
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bs, "group.id": "hung-reader", "isolation.level": "read_committed"})
+
+    def stable_end() -> int:  # ListOffsets latest, read_committed: the LSO
+        return int(reader.get_watermark_offsets(TopicPartition("hung", 0), timeout=10)[1])
+
+    assert stable_end() == ghost
+    nothing = runner.invoke(transactions, ["--bootstrap-server", bs, "abort", "--topic", "hung", "--partition", "0",
+                                           "--start-offset", str(ghost + 1)])
+    assert nothing.exit_code != 0 and "no open transaction starts" in nothing.output
+    aborted = runner.invoke(transactions, ["--bootstrap-server", bs, "abort", "--topic", "hung", "--partition", "0",
+                                           "--start-offset", str(ghost)])
+    assert aborted.exit_code == 0 and "producer 876543" in aborted.output, aborted.output
+    assert rows("--topic", "hung") == []
+    assert stable_end() == ghost + 2  # past the data and the marker
+    reader.close()
 
 
 def test_metrics_count_transactions(txn_broker: BrokerProcess, mixed_topic: str) -> None:

@@ -1,5 +1,5 @@
-"""``strom transactions``: list the transactions the coordinators know, describe one, and find
-hanging ones (Kafka's kafka-transactions.sh list / describe / find-hanging).
+"""``strom transactions``: list the transactions the coordinators know, describe one, find hanging
+ones and abort one (Kafka's kafka-transactions.sh list / describe / find-hanging / abort).
 
 confluent-kafka's AdminClient has no ListTransactions or DescribeTransactions, so the requests go
 over a connection of our own (with the -X security settings): ListTransactions to every broker
@@ -52,7 +52,7 @@ def _connect(host: str, port: int, opts: ClientOptions) -> RawConnection:
 @click.group("transactions", cls=StromGroup, no_args_is_help=True)
 @connection_options
 def transactions() -> None:
-    """Transactions: list the open and recent ones, describe one, find hanging ones."""
+    """Transactions: list the open and recent ones, describe one, find and abort hanging ones."""
 
 
 @transactions.command("list")
@@ -246,3 +246,55 @@ def find_hanging(topic: str | None, partition: int | None, broker_id: int | None
                       str(h["coordinator_epoch"]), str(h["start_offset"]), last.isoformat(timespec="milliseconds"),
                       str(int((now - h["last_timestamp"]) / 60_000)))
     Console().print(table)
+
+
+WRITE_TXN_MARKERS = 27
+
+
+@transactions.command("abort")
+@click.option("--topic", required=True, help="The partition's topic.")
+@click.option("--partition", type=int, required=True, help="The partition holding the hanging transaction.")
+@click.option("--start-offset", type=int, help="Where the transaction starts on the partition (find-hanging's "
+                                               "START OFFSET): its producer is looked up.")
+@click.option("--producer-id", type=int, help="Instead of --start-offset: the transaction's producer id ...")
+@click.option("--producer-epoch", type=int, help="... and epoch.")
+@click.option("--coordinator-epoch", type=int, default=0, show_default=True, help="With --producer-id.")
+@client_options
+def abort(topic: str, partition: int, start_offset: int | None, producer_id: int | None,
+          producer_epoch: int | None, coordinator_epoch: int, client: ClientOptions) -> None:
+    """Abort a hanging transaction on one partition (Kafka's kafka-transactions.sh abort): an ABORT
+    marker written to the partition's leader (WriteTxnMarkers), so its last stable offset moves on.
+    Only for a transaction no coordinator will end: the coordinator of a live one is not told."""
+    from kio.schema.types import ProducerId, TopicName
+    from kio.schema.write_txn_markers.v1 import request as req
+    from kio.static.primitive import i16, i32
+
+    from strom.cli.common import fetch_metadata
+
+    if (start_offset is None) == (producer_id is None):
+        raise Failure("give either --start-offset or --producer-id and --producer-epoch")
+    if producer_id is not None and producer_epoch is None:
+        raise Failure("--producer-id needs --producer-epoch")
+    md = fetch_metadata(admin_client(client), client)
+    if topic not in md.topics or partition not in md.topics[topic].partitions:
+        raise Failure(f"no partition {topic}-{partition}")
+    if start_offset is not None:
+        found = [t for t in _open_transactions(client, md, [(topic, partition)]) if t["start_offset"] == start_offset]
+        if not found:
+            raise Failure(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
+        producer_id, producer_epoch = found[0]["producer_id"], found[0]["producer_epoch"]
+        coordinator_epoch = max(found[0]["coordinator_epoch"], 0)
+    assert producer_id is not None and producer_epoch is not None
+    leader = md.brokers[md.topics[topic].partitions[partition].leader]
+    conn = _connect(leader.host, leader.port, client)
+    try:
+        response = conn.request(WRITE_TXN_MARKERS, 1, req.WriteTxnMarkersRequest(markers=(req.WritableTxnMarker(
+            producer_id=ProducerId(producer_id), producer_epoch=i16(producer_epoch), transaction_result=False,
+            topics=(req.WritableTxnMarkerTopic(name=TopicName(topic), partition_indexes=(i32(partition),)),),
+            coordinator_epoch=i32(coordinator_epoch)),)))
+    finally:
+        conn.close()
+    error = int(response.markers[0].topics[0].partitions[0].error_code)
+    if error:
+        raise Failure(f"{topic}-{partition}: {_error_name(error)}")
+    click.echo(f"aborted the transaction of producer {producer_id} (epoch {producer_epoch}) on {topic}-{partition}")
