@@ -202,3 +202,57 @@ def test_overview(api_broker: tuple[BrokerProcess, str]) -> None:
     assert ov["broker"]["listeners"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
     assert ov["connections"] >= 0 and ov["partitions"] >= ov["topics"]
     assert ov["history"] and len(ov["history"][-1]) == 5
+
+
+def test_transactions_producers_and_hanging(api_broker: tuple[BrokerProcess, str]) -> None:
+    from txn_helpers import forge_hanging_transaction, txn_producer
+
+    broker, api = api_broker
+    assert call("POST", api + "/topics", {"name": "txn-rest", "partitions": 2})[0] == 201
+    done = txn_producer(broker.bootstrap, "api-done")
+    done.begin_transaction()
+    done.produce("txn-rest", value=b"c", partition=0)
+    done.commit_transaction(20)
+    live = txn_producer(broker.bootstrap, "api-live", **{"transaction.timeout.ms": 60_000})
+    live.begin_transaction()
+    live.produce("txn-rest", value=b"open", partition=1)
+    assert live.flush(10) == 0
+    ghost = forge_hanging_transaction(broker.bootstrap, "txn-rest", 0, producer_id=987_654)
+    try:
+        status, d = call("GET", api + "/transactions")
+        assert status == 200
+        by_id = {t["transactional_id"]: t for t in d["transactions"]}
+        assert d["transactions"][0]["transactional_id"] == "api-live"  # open ones first
+        t = by_id["api-live"]
+        assert t["open"] and t["state"] == "Ongoing" and t["timeout_ms"] == 60_000
+        assert t["partitions"] == [{"topic": "txn-rest", "partition": 1}]
+        assert t["start_time"] > 0 and 0 <= t["age_ms"] < 60_000
+        assert by_id["api-done"]["state"] == "CompleteCommit" and not by_id["api-done"]["open"]
+        assert by_id["api-done"]["age_ms"] is None and by_id["api-done"]["partitions"] == []
+        assert d["counters"]["committed"] >= 1 and d["max_timeout_ms"] == 900_000 and d["coordinates_all"]
+        # Only the forged transaction hangs: the live one is known to the coordinator and young.
+        (h,) = d["hanging"]
+        assert (h["topic"], h["partition"], h["producer_id"], h["start_offset"]) == ("txn-rest", 0, 987_654, ghost)
+        assert h["age_ms"] >= 3_600_000 and h["transactional_id"] is None
+        assert h["reasons"] == ["older than transaction.max.timeout.ms",
+                                "no ongoing transaction of this producer at the coordinator"]
+
+        status, one = call("GET", api + "/transactions/api-live")
+        assert status == 200 and one == {**t, "age_ms": one["age_ms"]}
+        status, err = call("GET", api + "/transactions/nobody")
+        assert status == 404 and err["error_code"] == 105
+
+        status, p = call("GET", api + "/topics/txn-rest/producers")
+        assert status == 200
+        parts = {x["partition"]: x for x in p["partitions"]}
+        assert parts[0]["last_stable_offset"] == ghost < parts[0]["high_watermark"]
+        assert {pr["producer_id"]: pr["current_txn_start_offset"] for pr in parts[0]["producers"]}[987_654] == ghost
+        (lp,) = parts[1]["producers"]
+        assert lp["current_txn_start_offset"] == 0 and lp["producer_id"] == t["producer_id"]
+        assert parts[1]["last_stable_offset"] == 0
+        assert call("GET", api + "/topics/no-such-topic/producers")[0] == 404
+    finally:
+        live.commit_transaction(20)
+    # EndTxn is answered once PrepareCommit is written; CompleteCommit follows the markers.
+    wait_until(lambda: [t["state"] for t in call("GET", api + "/transactions")[1]["transactions"]
+                        if t["transactional_id"] == "api-live"] == ["CompleteCommit"], 10, what="api-live complete")

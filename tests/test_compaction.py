@@ -1,7 +1,8 @@
 """Compaction on a live broker: a compacted topic read from the beginning after cleaning holds exactly the
 latest value of each live key, at its original offset, in offset order (plain, compressed and idempotent
 batches, tombstones removed after delete.retention.ms); the same after a SIGKILL at each step of the
-cleaner's swap; __consumer_offsets is compacted and groups' committed offsets stay right."""
+cleaner's swap; __consumer_offsets is compacted and groups' committed offsets stay right; transaction
+markers go once their transaction's records are gone and delete.retention.ms has passed."""
 
 from __future__ import annotations
 
@@ -263,3 +264,55 @@ def test_consumer_offsets_compacted_and_offsets_kept(broker_factory: Any) -> Non
     b.start()
     assert committed(b.bootstrap, "keeper") == want
     assert committed(b.bootstrap, "goner") == {0: -1001, 1: -1001, 2: -1001}
+
+
+def test_transaction_markers_removed_after_their_data_and_delete_retention(broker_factory: Any) -> None:
+    """A compacted topic written in transactions: once a transaction's records are all compacted
+    away (superseded or aborted), its marker is kept for delete.retention.ms more and then removed;
+    the marker of a transaction whose records are live stays. read_committed readers (confluent-kafka)
+    get the same values throughout, and no aborted record comes back."""
+    from txn_helpers import confluent_values, txn_producer
+
+    from strom.records import batch as rb
+
+    b: BrokerProcess = broker_factory(overrides=FAST)
+    bs = b.bootstrap
+    topic = "txn-cmp"
+    create_topics(bs, {topic: 1}, TOPIC_CONFIGS)
+    producer = txn_producer(bs, "cmp-writer")
+    for round_, commit in (("first", True), ("aborted", False), ("live", True)):
+        producer.begin_transaction()
+        for k in range(5):
+            producer.produce(topic, key=b"k%d" % k, value=b"%s-%d" % (round_.encode(), k), partition=0)
+        assert producer.flush(10) == 0
+        producer.commit_transaction(20) if commit else producer.abort_transaction(20)
+
+    def control_batches() -> list[int]:
+        with RawConnection(bs) as conn:
+            start = conn.list_offset(topic, 0, -2)[0]
+            data = bytes(conn.fetch(topic, 0, start).records or b"")
+        return [h.base_offset for h in rb.iter_batches(data) if h.is_control]
+
+    first_markers = control_batches()
+    assert len(first_markers) == 3
+    ticks: list[bytes] = []
+
+    def only_the_live_marker_left() -> bool:
+        # New data now and then: segments roll (segment.ms 1 s) and the cleaner has dirty data to clean.
+        ticks.append(b"tick-%d" % len(ticks))
+        confluent_produce(bs, topic, [{"key": b"tick", "value": ticks[-1], "partition": 0}])
+        return control_batches() == first_markers[2:]
+
+    started = time.monotonic()
+    wait_until(only_the_live_marker_left, 60, interval=0.5, what="the first two markers removed")
+    # Not before delete.retention.ms: a marker waits one cleaning for its horizon, then 1 s.
+    assert time.monotonic() - started > 1.0
+    live = sorted(b"live-%d" % k for k in range(5))
+    committed = confluent_values(bs, topic, 1, "read_committed")
+    assert sorted(v for v in committed if not v.startswith(b"tick")) == live
+    assert not any(v.startswith(b"aborted") for v in confluent_values(bs, topic, 1, "read_uncommitted"))
+    part = Path(b.data_dir) / f"{topic}-0"
+    assert sum(p.stat().st_size for p in part.glob("*.txnindex")) == 0  # the aborted transaction is gone
+    b.restart()
+    assert control_batches() == first_markers[2:]
+    assert sorted(v for v in confluent_values(bs, topic, 1, "read_committed") if not v.startswith(b"tick")) == live

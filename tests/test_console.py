@@ -2,7 +2,8 @@
 
 Checks what a user sees: the topics page lists a topic a client created, the message browser shows a
 record just produced (and a new one without a reload), the groups page shows a group's lag, topics
-can be created and deleted from the page. Screenshots go to test-artifacts/ (gitignored).
+can be created and deleted from the page, the transactions page shows open and hanging transactions and
+the topic page its producers. Screenshots go to test-artifacts/ (gitignored).
 """
 
 from __future__ import annotations
@@ -224,3 +225,41 @@ def test_overview_shows_broker_and_throughput(console_broker: BrokerProcess, pag
     expect(busy.locator("td").nth(2)).not_to_have_text("0")  # messages
     expect(page.locator("#ov-recs svg path.in")).to_have_count(1)  # the chart has drawn the history
     shot(page, "overview")
+
+
+def test_transactions_page_shows_open_hanging_and_producers(console_broker: BrokerProcess, page: Page) -> None:
+    from txn_helpers import forge_hanging_transaction, txn_producer
+
+    bs = console_broker.bootstrap
+    create_topics(bs, {"console-txn": 2})
+    ghost = forge_hanging_transaction(bs, "console-txn", 0, producer_id=765_432)
+    live = txn_producer(bs, "console-writer", **{"transaction.timeout.ms": 60_000})
+    live.begin_transaction()
+    live.produce("console-txn", value=b"undecided", partition=1)
+    assert live.flush(10) == 0
+    page.goto(admin_url(console_broker) + "/#/transactions")
+    open_row = page.locator('#tx-open tr[data-txn="console-writer"]')
+    expect(open_row).to_contain_text("Ongoing")
+    expect(open_row.locator("td").nth(4)).to_have_text("console-txn-1")  # partitions
+    expect(open_row.locator("td").nth(7)).to_have_text("1m 0s")  # timeout
+    hanging = page.locator('#tx-hanging tr[data-hanging="console-txn-0-765432"]')
+    expect(hanging.locator("td").nth(4)).to_have_text(str(ghost))  # start offset
+    expect(hanging).to_contain_text("no ongoing transaction of this producer at the coordinator")
+    expect(page.locator("#tx-hanging-count .value")).to_have_text("1")
+    shot(page, "transactions")
+
+    open_row.locator("a").click()
+    expect(page.locator("#txd-state")).to_contain_text("Ongoing")
+    expect(page.locator('#txd-parts tr[data-tp="console-txn-1"]')).to_be_visible()
+
+    # The topic page lists each partition's producers and where an open transaction starts.
+    page.goto(admin_url(console_broker) + "/#/topics/console-txn")
+    expect(page.locator('#t-producers tr[data-producer="0-765432"]')).to_contain_text(f"open from {ghost}")
+    expect(page.locator("#t-producers tbody tr")).to_have_count(2)
+
+    # Committed while the page is open: it leaves the open transactions without a reload.
+    page.goto(admin_url(console_broker) + "/#/transactions")
+    expect(open_row).to_be_visible()
+    live.commit_transaction(20)
+    expect(open_row).to_have_count(0, timeout=10_000)
+    expect(page.locator('#tx-idle tr[data-txn="console-writer"]')).to_contain_text("CompleteCommit")

@@ -18,6 +18,7 @@ from txn_helpers import (
     TXN_BROKER,
     aiokafka_values,
     confluent_values,
+    forge_hanging_transaction,
     kafka_python_end_offsets,
     kafka_python_values,
     txn_producer,
@@ -139,6 +140,9 @@ def test_timed_out_transaction_aborted(txn_broker: BrokerProcess) -> None:
     assert confluent_values(bs, topic, 1, "read_committed") == [b"later"]
     with pytest.raises(KafkaException):
         producer.commit_transaction(10)  # fenced by the abort's epoch bump
+    from test_metrics import admin_url, scrape, value
+
+    assert value(scrape(admin_url(txn_broker)), "strom_transactions_timed_out_total") >= 1
 
 
 def test_invalid_transaction_timeout(txn_broker: BrokerProcess) -> None:
@@ -201,6 +205,59 @@ def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProces
         assert [int(p.current_txn_start_offset) for p in active] == [0]
     finally:
         producer.commit_transaction(20)
+
+
+def test_cli_find_hanging_and_abort(txn_broker: BrokerProcess) -> None:
+    """Kafka's find-hanging: an open transaction older than the max timeout that no coordinator
+    knows is listed; an equally old one its coordinator still has open is not. Kafka's abort then
+    ends the hanging one."""
+    from click.testing import CliRunner
+
+    from strom.cli.transactions import transactions
+
+    bs = txn_broker.bootstrap
+    create_topics(bs, {"hung": 2})
+    ghost = forge_hanging_transaction(bs, "hung", 0, producer_id=876_543, age_ms=2 * 3_600_000)
+    live = txn_producer(bs, "hung-live", **{"transaction.timeout.ms": 60_000})
+    live.begin_transaction()
+    live.produce("hung", value=b"old clock", partition=1, timestamp=int(time.time() * 1000) - 2 * 3_600_000)
+    assert live.flush(10) == 0
+    runner = CliRunner(env={"COLUMNS": "250"})
+
+    def rows(*args: str) -> list[list[str]]:
+        result = runner.invoke(transactions, ["--bootstrap-server", bs, "find-hanging", *args])
+        assert result.exit_code == 0, result.output
+        return [[c.strip() for c in line.split("│")[1:-1]] for line in result.output.splitlines()
+                if line.startswith("│")]
+
+    try:
+        (row,) = rows("--topic", "hung")
+        assert row[:3] == ["hung", "0", "876543"] and row[5] == str(ghost) and row[7] == "120", row
+        assert rows("--topic", "hung", "--partition", "1") == []
+        assert rows("--topic", "hung", "--max-transaction-timeout", "180") == []  # 3 h: not old enough
+        assert [r[:3] for r in rows("--broker-id", "0")] == [["hung", "0", "876543"]]
+        missing = runner.invoke(transactions, ["--bootstrap-server", bs, "find-hanging", "--topic", "nope"])
+        assert missing.exit_code != 0 and "does not exist" in missing.output
+    finally:
+        live.commit_transaction(20)
+    # kafka-transactions.sh abort: an ABORT marker ends it, and read_committed readers move on.
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bs, "group.id": "hung-reader", "isolation.level": "read_committed"})
+
+    def stable_end() -> int:  # ListOffsets latest, read_committed: the LSO
+        return int(reader.get_watermark_offsets(TopicPartition("hung", 0), timeout=10)[1])
+
+    assert stable_end() == ghost
+    nothing = runner.invoke(transactions, ["--bootstrap-server", bs, "abort", "--topic", "hung", "--partition", "0",
+                                           "--start-offset", str(ghost + 1)])
+    assert nothing.exit_code != 0 and "no open transaction starts" in nothing.output
+    aborted = runner.invoke(transactions, ["--bootstrap-server", bs, "abort", "--topic", "hung", "--partition", "0",
+                                           "--start-offset", str(ghost)])
+    assert aborted.exit_code == 0 and "producer 876543" in aborted.output, aborted.output
+    assert rows("--topic", "hung") == []
+    assert stable_end() == ghost + 2  # past the data and the marker
+    reader.close()
 
 
 def test_metrics_count_transactions(txn_broker: BrokerProcess, mixed_topic: str) -> None:

@@ -104,3 +104,23 @@ def aiokafka_values(bootstrap: str, topic: str, partitions: int, isolation: str,
             await consumer.stop()
 
     return asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def forge_hanging_transaction(bootstrap: str, topic: str, partition: int, producer_id: int,
+                              age_ms: int = 3_600_000) -> int:
+    """Leave a *hanging* transaction on a partition: a transactional batch from a producer id no
+    coordinator knows (as a producer whose coordinator lost its state, or a late write after the
+    transaction ended, would leave), written ``age_ms`` ago by its timestamp. Nothing will ever end
+    it, so the partition's LSO stays at its offset, which is returned."""
+    from helpers import RawConnection
+
+    from strom.records.batch import TRANSACTIONAL_MASK
+    from strom.records.codec import build_batch
+
+    written = time.time_ns() // 1_000_000 - age_ms
+    batch = build_batch([(None, b"left open")], timestamp_ms=written, producer_id=producer_id, producer_epoch=0,
+                        base_sequence=0, attributes_extra=TRANSACTIONAL_MASK)
+    with RawConnection(bootstrap) as conn:
+        answer = conn.produce(topic, partition, batch)
+    assert int(answer.error_code) == 0, answer
+    return int(answer.base_offset)

@@ -108,3 +108,20 @@ def test_timed_out_transaction_is_fenced_and_aborted() -> None:
     assert abort.write.state is S.PREPARE_ABORT and abort.write.producer_epoch == o.producer_epoch + 1
     written(s, "t", abort)
     assert [m.transactional_id for m in s.preparing()] == ["t"]  # a load would write its markers
+
+
+def test_idle_ids_expire_but_not_open_or_pending_ones() -> None:
+    s = TransactionCoordinatorShard(TxnConfig(max_timeout_ms=60_000, id_expiration_ms=1_000))
+    ids = itertools.count(1000)
+    idle = written(s, "idle", s.init_producer_id(0, "idle", 10_000, -1, -1, ids.__next__))
+    o = written(s, "open", s.init_producer_id(0, "open", 10_000, -1, -1, ids.__next__))
+    written(s, "open", s.add_partitions(5, "open", o.producer_id, o.producer_epoch, [("x", 0)]))
+    assert s.expired_ids(1_000) == ["idle"]  # last update at 0: 1000 ms ago
+    assert s.expired_ids(999) == []
+    assert s.expired_ids(100_000) == ["idle"]  # Ongoing: never, whatever its age
+    assert s.begin_expire(1_000, "idle") and not s.begin_expire(1_000, "open")
+    assert s.init_producer_id(1_000, "idle", 10_000, -1, -1, ids.__next__).error is E.concurrent_transactions
+    assert s.expired_ids(100_000) == []  # the tombstone is in flight
+    s.apply("idle", None)  # the tombstone written: forgotten, and a new InitProducerId starts afresh
+    fresh = s.init_producer_id(1_001, "idle", 10_000, -1, -1, ids.__next__)
+    assert fresh.producer_id != idle.producer_id and fresh.producer_epoch == 0

@@ -143,3 +143,42 @@ def test_a_bad_admin_tls_setting_stops_the_broker_with_one_line(certs: Certs, tm
     with pytest.raises(RuntimeError) as e:
         b.start(timeout=20)
     assert "listener.name.admin.ssl.keystore.location" in str(e.value)
+
+
+def test_transactions_need_describe_on_the_id_and_producers_read_on_the_topic(console_broker: SecureBroker,
+                                                                              certs: Certs) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+    )
+    from confluent_kafka.admin import ResourceType as RT
+    from txn_helpers import txn_producer
+
+    bs = console_broker.addr["PLAINTEXT"]
+    make_topic(console_broker, "bobs-txns")
+    producer = txn_producer(bs, "bobs-writer")
+    producer.begin_transaction()
+    producer.produce("bobs-txns", value=b"x")
+    producer.commit_transaction(20)
+    login = ("alice", "alice-secret")
+    status, body = call(console_broker, certs, "GET", "/api/transactions", *login)
+    assert status == 200 and body["transactions"] == []  # listed only to those who may describe it
+    status, body = call(console_broker, certs, "GET", "/api/transactions/bobs-writer", *login)
+    assert status == 403 and body["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    status, body = call(console_broker, certs, "GET", "/api/topics/bobs-txns/producers", *login)
+    assert status == 403 and body["error_code"] == 29
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_acls([
+            AclBinding(RT.TRANSACTIONAL_ID, "bobs-writer", ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+            AclBinding(RT.TOPIC, "bobs-txns", ResourcePatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                       AclPermissionType.ALLOW)]).values():
+        f.result(20)
+    status, body = call(console_broker, certs, "GET", "/api/transactions", *login)
+    assert status == 200 and [t["transactional_id"] for t in body["transactions"]] == ["bobs-writer"]
+    assert call(console_broker, certs, "GET", "/api/transactions/bobs-writer", *login)[0] == 200
+    status, body = call(console_broker, certs, "GET", "/api/topics/bobs-txns/producers", *login)
+    assert status == 200 and len(body["partitions"][0]["producers"]) == 1

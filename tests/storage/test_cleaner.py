@@ -1,6 +1,7 @@
 """The log cleaner at the storage level: which records survive, tombstones and their delete horizon,
 idempotent producers' last batches, compressed batches, the swap protocol and a crash at each of its
-steps, timestamps and indexes across cleaned segments, and the cleaner thread handing work to an owner."""
+steps, timestamps and indexes across cleaned segments, the cleaner thread handing work to an owner, and
+transactions: aborted records, markers and their delete horizon, the cleaned .txnindex."""
 
 from __future__ import annotations
 
@@ -411,3 +412,132 @@ def test_aborted_transactions_never_shadow_and_open_ones_wait(tmp_path: Path) ->
     assert (b"offset", b"aborted-2") not in values
     assert (b"open", b"undecided") in values and (b"open", b"later") in values  # not cleaned yet
     lm.shutdown()
+
+
+def test_markers_go_after_their_transactions_data_and_delete_retention(tmp_path: Path) -> None:
+    """Kafka's rule for markers: kept while a batch of their transaction is in the log, then given a
+    delete horizon (delete.retention.ms) and removed after it. A kept ABORT marker keeps its
+    .txnindex entry in the cleaned segment. Replaying the cleaned log from its start finds no open
+    transaction."""
+    from strom.records.batch import TRANSACTIONAL_MASK
+    from strom.records.control import build_marker_batch, read_marker
+    from strom.storage.txn_index import AbortedTxn
+
+    clock = Clock()
+    lm, plog, cleaner = manager(tmp_path, clock)
+    txn = {"producer_id": 9, "producer_epoch": 0, "attributes_extra": TRANSACTIONAL_MASK}
+
+    def filler(tag: str) -> None:
+        for i in range(20):
+            put(plog, clock, f"filler-{i % 3}", tag * 40)
+        plog.roll()
+
+    put(plog, clock, "a", "committed-1", base_sequence=0, **txn)  # transaction 1: superseded by 3
+    append(plog, build_marker_batch(9, 0, True, 0, clock.now))
+    aborted_at = plog.log_end_offset
+    put(plog, clock, "a", "aborted-2", base_sequence=1, **txn)  # transaction 2: aborted
+    abort_marker = plog.log_end_offset
+    append(plog, build_marker_batch(9, 0, False, 0, clock.now))
+    put(plog, clock, "a", "committed-3", base_sequence=2, **txn)  # transaction 3: the live value
+    last_commit = plog.log_end_offset
+    append(plog, build_marker_batch(9, 0, True, 0, clock.now))
+    filler("x")
+
+    def markers() -> list[tuple[int, bool, bool]]:
+        """(offset, commit, has a delete horizon) of every marker in the log."""
+        data = read_everything(plog)
+        out = []
+        for h in iter_batches(data):
+            if h.is_control:
+                m = read_marker(data, h)
+                assert m is not None
+                out.append((h.base_offset, m.is_commit, delete_horizon(h) is not None))
+        return out
+
+    assert cleaner.clean_once()
+    # Transaction 1's and 2's records are gone, but this pass met their batches: markers kept, and
+    # the kept ABORT marker's entry is in the cleaned segment's .txnindex.
+    values = [(r.key, r.value) for r in live(plog) if r.key == b"a"]
+    assert values == [(b"a", b"committed-3")]
+    assert [(o, c) for o, c, _ in markers()] == [(1, True), (abort_marker, False), (last_commit, True)]
+    assert not any(h for _, _, h in markers())
+    assert plog.aborted_transactions(0, plog.high_watermark) == [AbortedTxn(9, aborted_at, abort_marker,
+                                                                             abort_marker + 1)]
+    assert any(s.txn_index.path.exists() for s in plog.segments())
+
+    filler("y")
+    assert cleaner.clean_once()  # no batch of transactions 1 and 2 left: their markers get a horizon
+    assert markers() == [(1, True, True), (abort_marker, False, True), (last_commit, True, False)]
+    assert plog.aborted_transactions(0, plog.high_watermark) == []
+    clock.now += 500
+    cleaner.clean_once()
+    assert len(markers()) == 3  # delete.retention.ms (1000) has not passed yet
+    clock.now += 600
+    assert cleaner.clean_once()  # cleanable because the horizon has passed
+    assert markers() == [(last_commit, True, False)]  # transaction 3's records are alive: it stays
+    assert [(r.key, r.value) for r in live(plog) if r.key == b"a"] == [(b"a", b"committed-3")]
+    assert not any(s.txn_index.path.exists() for s in plog.segments())
+
+    # Replayed from its start (no producer snapshot), the log has no open transaction.
+    hw = plog.high_watermark
+    lm.shutdown()
+    for snapshot in tmp_path.glob("t-0/*.snapshot"):
+        snapshot.unlink()
+    lm2 = LogManager([tmp_path], compact_config(), now_ms=clock)
+    lm2.startup()
+    reopened = lm2.get_log("t", 0)
+    assert reopened is not None and reopened.producer_state.ongoing_txns == {}
+    assert reopened.last_stable_offset == reopened.log_end_offset >= hw
+    lm2.shutdown()
+
+
+def test_an_interrupted_swap_keeps_the_cleaned_txn_index(tmp_path: Path) -> None:
+    """A crash between the .log and the .txnindex leaving .swap: the restart puts the kept aborted
+    transactions' index in place, and it never keeps a replaced segment's index."""
+    from strom.storage.segment import LOG_SUFFIX, file_name
+    from strom.storage.swap import SWAP_SUFFIX, complete_swaps
+    from strom.storage.txn_index import TXN_INDEX_SUFFIX
+
+    base = file_name(0, LOG_SUFFIX)[: -len(LOG_SUFFIX)]
+    new_index = b"\x00" * 34
+    (tmp_path / (base + LOG_SUFFIX)).write_bytes(b"")  # the .log already out of .swap
+    (tmp_path / (base + TXN_INDEX_SUFFIX + SWAP_SUFFIX)).write_bytes(new_index)
+    complete_swaps(tmp_path)
+    assert (tmp_path / (base + TXN_INDEX_SUFFIX)).read_bytes() == new_index
+    assert not (tmp_path / (base + TXN_INDEX_SUFFIX + SWAP_SUFFIX)).exists()
+
+
+def test_marker_rules_one_batch_at_a_time() -> None:
+    """CleanedTransactionMetadata and filter_marker on their own: an emptied control batch goes at
+    once; a removable marker first gets its horizon, then goes after it; a kept one is unchanged."""
+    from strom.records.batch import TRANSACTIONAL_MASK, BatchHeader, read_header
+    from strom.records.control import build_marker_batch
+    from strom.records.filter import empty_batch
+    from strom.storage.cleaner import CleanedTransactionMetadata, filter_marker
+    from strom.storage.txn_index import AbortedTxn
+
+    def header_of(data: bytes, base_offset: int) -> tuple[bytes, BatchHeader]:
+        buf = bytearray(data)
+        buf[0:8] = base_offset.to_bytes(8, "big")
+        return bytes(buf), read_header(bytes(buf))
+
+    data_batch = build_batch([(b"k", b"v")], timestamp_ms=1, producer_id=5, producer_epoch=0, base_sequence=0,
+                             attributes_extra=TRANSACTIONAL_MASK)
+    txns = CleanedTransactionMetadata([AbortedTxn(5, 0, 1, 2)])
+    _, h0 = header_of(data_batch, 0)
+    assert txns.on_batch(h0)  # aborted: its records go
+    abort, h1 = header_of(build_marker_batch(5, 0, False, 0, 1), 1)
+    assert txns.on_marker(abort, h1) == (False, AbortedTxn(5, 0, 1, 2))
+    commit, h2 = header_of(build_marker_batch(5, 0, True, 0, 1), 2)
+    assert txns.on_marker(commit, h2) == (True, None)  # no batch of it left
+    stamped = filter_marker(commit, h2, True, now_ms=100, delete_retention_ms=50)
+    assert stamped.data is not None and stamped.horizon_ms == 150
+    h3 = read_header(stamped.data)
+    assert h3.is_control and delete_horizon(h3) == 150
+    assert filter_marker(stamped.data, h3, True, now_ms=149, delete_retention_ms=50).data == stamped.data
+    assert filter_marker(stamped.data, h3, True, now_ms=150, delete_retention_ms=50).data is None
+    assert filter_marker(commit, h2, False, now_ms=100, delete_retention_ms=50).data == commit
+    emptied = empty_batch(h2)
+    he = read_header(emptied)
+    assert CleanedTransactionMetadata([]).on_marker(emptied, he) == (True, None)
+    assert filter_marker(emptied, he, True, now_ms=100, delete_retention_ms=50).data is None

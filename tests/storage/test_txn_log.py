@@ -94,3 +94,29 @@ def test_retention_removes_txn_index(tmp_path: Path) -> None:
     assert first.txn_index.path.exists()
     log.advance_log_start_offset(log.segments()[1].base_offset)
     assert not first.txn_index.path.exists()
+
+
+def test_time_retention_deletes_txn_index_with_its_segment(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, "t", 0, LogConfig(segment_bytes=300, retention_ms=1))
+    for i in range(6):
+        append(log, txn_batch(30 + i, 0))
+        append(log, marker(30 + i, commit=False))
+    log.high_watermark = log.log_end_offset
+    old = [s.txn_index.path for s in log.segments()[:-1]]
+    assert old and all(p.exists() for p in old)
+    assert log.delete_old_segments() >= len(old)  # the batches' timestamps (1000) are long past
+    assert not any(p.exists() for p in old)
+    assert all(s.txn_index.path.exists() or not s.txn_index.entries for s in log.segments())
+
+
+def test_idle_producers_expire_but_not_one_with_an_open_transaction(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, txn_batch(1, 0))  # pid 1: open, timestamp 1000
+    append(log, txn_batch(2, 0))
+    append(log, marker(2, commit=True))  # pid 2: ended, last timestamp 1000
+    append(log, build_batch([(b"k", b"v")], timestamp_ms=5000, producer_id=3, producer_epoch=0, base_sequence=0))
+    ps = log.producer_state
+    assert ps.remove_expired_producers(now=5999, expiration_ms=1000) == [2]
+    assert sorted(ps.producers) == [1, 3]
+    assert ps.remove_expired_producers(now=10**9, expiration_ms=1000) == [3]
+    assert list(ps.producers) == [1] and log.last_stable_offset == 0

@@ -9,11 +9,16 @@ DELETE /api/topics/{topic}
 GET  /api/topics/{topic}/messages           ?partition=&limit=&offset= | &timestamp= (ms or ISO 8601)
 GET  /api/groups                            groups with state, members and total lag
 GET  /api/groups/{group}                    members, assignment, committed offsets and lag
+GET  /api/transactions                      transactional ids this broker coordinates (open ones first),
+                                            hanging transactions on its partitions, counters
+GET  /api/transactions/{transactional_id}   one transactional id
+GET  /api/topics/{topic}/producers          each partition's producers (DescribeProducers) and its LSO
 """
 
 from __future__ import annotations
 
 import datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -52,16 +57,18 @@ def _refused(request: web.Request, operation: AclOperation, resource_type: Resou
     if acls.allowed(ctx, operation, resource_type, name):
         return None
     return _error(403, f"{ctx.principal} may not {operation.name} {resource_type.name.lower()} '{name}'",
-                  {ResourceType.TOPIC: 29, ResourceType.GROUP: 30}.get(resource_type, 31))
+                  {ResourceType.TOPIC: 29, ResourceType.GROUP: 30,
+                   ResourceType.TRANSACTIONAL_ID: 53}.get(resource_type, 31))
 
 
-def _visible(request: web.Request, resource_type: ResourceType, names: list[str]) -> set[str]:
+def _visible(request: web.Request, resource_type: ResourceType, names: list[str],
+             operation: AclOperation = AclOperation.DESCRIBE) -> set[str]:
     """The names the request's principal may describe (all of them without an authorizer)."""
     acls = _broker(request).acls
     if not acls.enabled:
         return set(names)
     ctx = login.context(request, f"{request.method} {request.path}")
-    return set(names) - acls.denied(ctx, AclOperation.DESCRIBE, resource_type, names, audit_denial=False)
+    return set(names) - acls.denied(ctx, operation, resource_type, names, audit_denial=False)
 
 
 def _require_ready(broker: Broker) -> web.Response | None:
@@ -229,6 +236,63 @@ async def get_group(request: web.Request) -> web.Response:
     return web.json_response(view)
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def list_transactions(request: web.Request) -> web.Response:
+    """As ListTransactions (ids the principal may DESCRIBE) plus hanging transactions on topics it
+    may READ (what DescribeProducers needs, which kafka-transactions.sh find-hanging uses)."""
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    now = _now_ms()
+    txns = snapshot.transactions(broker, now)
+    shown = _visible(request, ResourceType.TRANSACTIONAL_ID, [t["transactional_id"] for t in txns])
+    hanging = snapshot.hanging_transactions(broker, now)
+    readable = _visible(request, ResourceType.TOPIC, sorted({h["topic"] for h in hanging}), AclOperation.READ)
+    hanging = [h for h in hanging if h["topic"] in readable]
+    for h in hanging:
+        if h["transactional_id"] not in shown:
+            h["transactional_id"] = None
+    return web.json_response({
+        "transactions": [t for t in txns if t["transactional_id"] in shown],
+        "hanging": hanging,
+        "max_timeout_ms": broker.config.transaction_max_timeout_ms,
+        # False in a cluster where other brokers coordinate some ids: hanging ones are then only
+        # those past the max timeout.
+        "coordinates_all": snapshot.coordinates_every_transaction(broker),
+        "counters": snapshot.transaction_counters(broker),
+        "time": now,
+    })
+
+
+async def get_transaction(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    txn_id = request.match_info["transactional_id"]
+    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id)) is not None:
+        return refused
+    view = snapshot.transaction(broker, txn_id, _now_ms())
+    if view is None:
+        return _error(404, f"transactional id '{txn_id}' is not coordinated here or does not exist", 105)
+    return web.json_response(view)
+
+
+async def topic_producers(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    if (refused := _require_ready(broker)) is not None:
+        return refused
+    topic = request.match_info["topic"]
+    if (refused := _refused(request, AclOperation.READ, ResourceType.TOPIC, topic)) is not None:
+        return refused
+    partitions = snapshot.producers_view(broker, topic)
+    if partitions is None:
+        return _error(404, f"topic '{topic}' does not exist", 3)
+    return web.json_response({"topic": topic, "partitions": partitions, "time": _now_ms()})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/overview", overview)
     app.router.add_get("/api/cluster", cluster)
@@ -237,5 +301,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/topics/{topic}", get_topic)
     app.router.add_delete("/api/topics/{topic}", delete_topic)
     app.router.add_get("/api/topics/{topic}/messages", messages)
+    app.router.add_get("/api/topics/{topic}/producers", topic_producers)
     app.router.add_get("/api/groups", list_groups)
     app.router.add_get("/api/groups/{group}", get_group)
+    app.router.add_get("/api/transactions", list_transactions)
+    app.router.add_get("/api/transactions/{transactional_id}", get_transaction)

@@ -139,6 +139,9 @@ class BrokerCollector:
         yield CounterMetricFamily("strom_transactions_timed_out",
                                   "Transactions aborted by this coordinator because they ran past their timeout.",
                                   value=coord.timeouts)
+        yield CounterMetricFamily("strom_transactional_ids_expired",
+                                  "Transactional ids removed after transactional.id.expiration.ms at rest.",
+                                  value=coord.expired)
         states = GaugeMetricFamily("strom_transactional_ids", "Transactional ids known to this coordinator, by state.",
                                    labels=["state"])
         counts: dict[str, int] = {}

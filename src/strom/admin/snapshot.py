@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom import __version__
 from strom.broker.handlers.metadata import brokers_and_controller, topic_entry
+from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
 from strom.records import codec
 
@@ -378,3 +379,131 @@ def group_view(broker: Broker, group_id: str, *, detail: bool) -> dict[str, Any]
         out["member_list"] = members
         out["offsets"] = offsets
     return out
+
+
+# ---------------------------------------------------------------------------------------------- transactions
+
+_OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+
+
+def _txn_coordinator(broker: Broker) -> Any:
+    coord = getattr(broker, "txn_coordinator", None)
+    return coord if coord is not None and coord.loaded else None
+
+
+def transaction_view(meta: Any, now: int) -> dict[str, Any]:
+    """One transactional id as DescribeTransactions tells it, with the age of its transaction."""
+    state = meta.state.display
+    is_open = state in _OPEN_STATES
+    return {
+        "transactional_id": meta.transactional_id,
+        "producer_id": meta.producer_id,
+        "producer_epoch": meta.producer_epoch,
+        "state": state,
+        "open": is_open,
+        "timeout_ms": meta.timeout_ms,
+        "start_time": meta.start_ms if meta.start_ms >= 0 else None,
+        "age_ms": now - meta.start_ms if is_open and meta.start_ms >= 0 else None,
+        "last_update": meta.last_update_ms,
+        "partitions": [{"topic": t, "partition": p} for t, p in sorted(meta.partitions)],
+    }
+
+
+def transactions(broker: Broker, now: int) -> list[dict[str, Any]]:
+    """Every transactional id this broker coordinates now (ListTransactions), open ones first."""
+    coord = _txn_coordinator(broker)
+    if coord is None:
+        return []
+    views = [transaction_view(m, now) for t, m in coord.shard.txns.items() if coord.error_for(t) is E.none]
+    return sorted(views, key=lambda v: (not v["open"], v["transactional_id"]))
+
+
+def transaction(broker: Broker, transactional_id: str, now: int) -> dict[str, Any] | None:
+    coord = _txn_coordinator(broker)
+    meta = coord.shard.txns.get(transactional_id) if coord is not None else None
+    if meta is None or coord.error_for(transactional_id) is not E.none:
+        return None
+    return transaction_view(meta, now)
+
+
+def transaction_counters(broker: Broker) -> dict[str, int]:
+    coord = getattr(broker, "txn_coordinator", None)
+    if coord is None:
+        return {"committed": 0, "aborted": 0, "timed_out": 0, "expired": 0}
+    return {"committed": coord.commits, "aborted": coord.aborts, "timed_out": coord.timeouts,
+            "expired": coord.expired}
+
+
+def producers_view(broker: Broker, topic: str) -> list[dict[str, Any]] | None:
+    """DescribeProducers for every partition of a topic this broker has a log of: each producer's
+    epoch, last sequence and timestamp and where its open transaction starts (-1: none), with the
+    partition's last stable offset."""
+    info = broker.metadata.get_topic(topic)
+    if info is None:
+        return None
+    out = []
+    for partition in range(info.partitions):
+        plog = broker.log_manager.get_log(topic, partition)
+        if plog is None:
+            continue
+        out.append({
+            "partition": partition,
+            "high_watermark": plog.high_watermark,
+            "last_stable_offset": plog.last_stable_offset,
+            "producers": [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+                           "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
+                           "current_txn_start_offset": e.current_txn_first_offset}
+                          for e in sorted(plog.producer_state.producers.values(), key=lambda e: e.producer_id)],
+        })
+    return out
+
+
+def coordinates_every_transaction(broker: Broker) -> bool:
+    """Whether this broker coordinates every partition of __transaction_state (always on a single
+    broker): only then can it tell that no coordinator knows a partition's open transaction."""
+    coord = _txn_coordinator(broker)
+    if coord is None:
+        return False
+    if broker.replicas is None:
+        return True
+    return set(coord.leadership.owned) >= set(range(coord.num_partitions))
+
+
+def hanging_transactions(broker: Broker, now: int, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Open transactions on partitions this broker leads that look abandoned (KIP-664's
+    find-hanging): the producer's last write is older than transaction.max.timeout.ms (the
+    coordinator would have aborted any transaction of its own by then), or the coordinator, when it
+    is this broker, has no ongoing transaction of that producer with this partition in it. Such a
+    transaction holds the partition's last stable offset back: read_committed consumers stall."""
+    coord = _txn_coordinator(broker)
+    max_timeout = int(broker.config.transaction_max_timeout_ms)
+    by_pid: dict[int, Any] = {}
+    decidable = coordinates_every_transaction(broker)
+    if coord is not None:
+        for meta in coord.shard.txns.values():
+            if meta.state.display in _OPEN_STATES:
+                by_pid[meta.producer_id] = meta
+    wanted = set(topics) if topics is not None else None
+    out = []
+    for plog in broker.log_manager.all_logs():
+        if plog.closed or not plog.producer_state.ongoing_txns or (wanted is not None and plog.topic not in wanted):
+            continue
+        if broker.leader_log(plog.topic, plog.partition)[0] is not plog:
+            continue  # a follower: its leader answers for it
+        for pid, first_offset in plog.producer_state.ongoing_txns.items():
+            entry = plog.producer_state.producers.get(pid)
+            if entry is None:
+                continue
+            reasons = []
+            if now - entry.last_timestamp > max_timeout:
+                reasons.append("older than transaction.max.timeout.ms")
+            meta = by_pid.get(pid)
+            if decidable and (meta is None or (plog.topic, plog.partition) not in meta.partitions):
+                reasons.append("no ongoing transaction of this producer at the coordinator")
+            if reasons:
+                out.append({"topic": plog.topic, "partition": plog.partition, "producer_id": pid,
+                            "producer_epoch": entry.producer_epoch, "start_offset": first_offset,
+                            "last_timestamp": entry.last_timestamp, "age_ms": now - entry.last_timestamp,
+                            "transactional_id": meta.transactional_id if meta is not None else None,
+                            "reasons": reasons})
+    return sorted(out, key=lambda h: (h["topic"], h["partition"], h["start_offset"]))

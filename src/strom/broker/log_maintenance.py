@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -59,6 +60,7 @@ class LogMaintenance:
         self._loop = loop
         self._wake_retention = asyncio.Event()
         self.broker.spawn(self._retention_loop())
+        self.broker.spawn(self._producer_expiration_loop())
         if self.broker.config.log_cleaner_enable:
             self.cleaner = LogCleaner(self.broker.log_manager, self.cleaner_config, run_on_owner=self._run_on_loop)
             await loop.run_in_executor(None, self.cleaner.start)
@@ -104,6 +106,28 @@ class LogMaintenance:
             except concurrent.futures.TimeoutError:
                 if self._stopping.is_set() and future.cancel():
                     raise CleanerStopped from None
+
+    # ---- producer id expiration ------------------------------------------------------------------
+
+    async def _producer_expiration_loop(self) -> None:
+        """Kafka's PeriodicProducerExpirationCheck, every producer.id.expiration.check.interval.ms,
+        on every log (leader or follower, as in Kafka). A dict walk per partition, on the loop."""
+        while True:
+            await asyncio.sleep(self.broker.config.producer_id_expiration_check_interval_ms / 1000)
+            try:
+                self.remove_expired_producers(time.time_ns() // 1_000_000)
+            except Exception:
+                log.exception("producer id expiration check failed")
+
+    def remove_expired_producers(self, now: int) -> int:
+        expiration_ms = self.broker.config.producer_id_expiration_ms
+        removed = 0
+        for plog in self.broker.log_manager.all_logs():
+            if not plog.closed:
+                removed += len(plog.producer_state.remove_expired_producers(now, expiration_ms))
+        if removed:
+            log.info("forgot %d producer id(s) idle for more than %d ms", removed, expiration_ms)
+        return removed
 
     # ---- retention -------------------------------------------------------------------------------
 

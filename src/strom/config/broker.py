@@ -240,7 +240,9 @@ class BrokerConfig:
     transactional_id_expiration_ms: int
     transaction_max_timeout_ms: int
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int
+    transaction_remove_expired_transaction_cleanup_interval_ms: int
     producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
     # replication and cluster
     replica_lag_time_max_ms: int
     replica_fetch_max_bytes: int

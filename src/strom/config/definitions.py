@@ -238,8 +238,13 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
               HIGH, at_least(1)),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, "10000",
               "How often timed-out transactions are rolled back.", LOW, at_least(1)),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", INT, "3600000",
+              "How often expired transactional ids are removed.", LOW, at_least(1)),
     ConfigDef("producer.id.expiration.ms", INT, _DAY_MS, "Forget an idle producer id's state after this long.",
               LOW, at_least(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", INT, "600000",
+              "How often partitions forget the producer ids idle past producer.id.expiration.ms.", LOW,
+              at_least(1)),
     # --- replication and cluster ---
     ConfigDef("replica.lag.time.max.ms", LONG, "30000", "A follower this far behind leaves the ISR.", HIGH),
     ConfigDef("replica.fetch.max.bytes", INT, "1048576", "Bytes per partition a follower fetches.", MEDIUM,

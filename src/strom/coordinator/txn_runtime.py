@@ -58,17 +58,22 @@ class TransactionCoordinatorRuntime:
         self.clock = clock
         self.write_markers = write_markers
         cfg = broker.config
-        self.shard = TransactionCoordinatorShard(TxnConfig(int(getattr(cfg, "transaction_max_timeout_ms", 900_000))))
+        self.shard = TransactionCoordinatorShard(TxnConfig(
+            int(getattr(cfg, "transaction_max_timeout_ms", 900_000)),
+            int(getattr(cfg, "transactional_id_expiration_ms", 604_800_000))))
         self.abort_interval_s = int(getattr(cfg, "transaction_abort_timed_out_transaction_cleanup_interval_ms",
                                             10_000)) / 1000
+        self.expire_interval_s = int(getattr(cfg, "transaction_remove_expired_transaction_cleanup_interval_ms",
+                                             3_600_000)) / 1000
         self.loaded = False
         # Partitions of __transaction_state loaded here (-> leader epoch: the markers' coordinator epoch).
         self.leadership = Leadership(broker, TRANSACTION_STATE_TOPIC_NAME, self._load_owned, self._owned_loaded,
                                      self._unload)
         self._markers: dict[str, asyncio.Task[Any]] = {}
         self._ticker: asyncio.Task[Any] | None = None
+        self._expirer: asyncio.Task[Any] | None = None
         # Counters for /metrics and the CLI.
-        self.commits = self.aborts = self.timeouts = 0
+        self.commits = self.aborts = self.timeouts = self.expired = 0
 
     # ------------------------------------------------------------------ placement
 
@@ -127,14 +132,15 @@ class TransactionCoordinatorRuntime:
             self._resume_markers(lambda _t: True)
         self.loaded = True
         self._ticker = self.broker.spawn(self._abort_loop())
+        self._expirer = self.broker.spawn(self._expire_loop())
 
     async def stop(self) -> None:
         self.loaded = False
-        tasks = [t for t in (self._ticker, *self._markers.values()) if t is not None]
+        tasks = [t for t in (self._ticker, self._expirer, *self._markers.values()) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._ticker = None
+        self._ticker = self._expirer = None
         self._markers.clear()
 
     async def _load_owned(self, partition: int) -> None:
@@ -190,8 +196,23 @@ class TransactionCoordinatorRuntime:
         ISR has it. Returns the error for the client if the write failed."""
         value = outcome.write
         assert value is not None
+        error = await self._append(transactional_id, value)
+        if error is not E.none:
+            return error
+        if value.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self._start_markers(transactional_id)
+        elif value.state is TxnState.COMPLETE_COMMIT:
+            self.commits += 1
+        elif value.state is TxnState.COMPLETE_ABORT:
+            self.aborts += 1
+        return E.none
+
+    async def _append(self, transactional_id: str, value: TxnLogValue | None) -> E:
+        """Write ``value`` (None: a tombstone) for the id and apply it once the ISR has it; on
+        failure the id stops being pending and its state is unchanged."""
         partition = self.partition_for(transactional_id)
-        buf = bytearray(codec.build_batch([(trec.encode_key(transactional_id), trec.encode_value(value))],
+        encoded = None if value is None else trec.encode_value(value)
+        buf = bytearray(codec.build_batch([(trec.encode_key(transactional_id), encoded)],
                                           timestamp_ms=self.clock()))
         try:
             self._ensure_topic()
@@ -206,12 +227,6 @@ class TransactionCoordinatorRuntime:
             self.shard.write_failed(transactional_id)
             return error
         self.shard.apply(transactional_id, value)
-        if value.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            self._start_markers(transactional_id)
-        elif value.state is TxnState.COMPLETE_COMMIT:
-            self.commits += 1
-        elif value.state is TxnState.COMPLETE_ABORT:
-            self.aborts += 1
         return E.none
 
     async def _run(self, transactional_id: str, outcome: TxnOutcome) -> TxnOutcome:
@@ -266,6 +281,33 @@ class TransactionCoordinatorRuntime:
                     self.timeouts += 1
                     with contextlib.suppress(Exception):
                         await self._write(txn_id, outcome)
+
+    async def _expire_loop(self) -> None:
+        """Kafka's removeExpiredTransactionalIds, every
+        transaction.remove.expired.transaction.cleanup.interval.ms: an id at rest for longer than
+        transactional.id.expiration.ms gets a tombstone in __transaction_state (so a replay forgets
+        it too, and compaction drops it) and is forgotten; its next InitProducerId starts afresh."""
+        while True:
+            await asyncio.sleep(self.expire_interval_s)
+            try:
+                await self.remove_expired()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("removing expired transactional ids failed")
+
+    async def remove_expired(self) -> int:
+        now = self.clock()
+        removed = 0
+        for txn_id in self.shard.expired_ids(now):
+            # Only the leader of the id's partition writes (and its ids are the only ones loaded here).
+            if self.error_for(txn_id) is not E.none or not self.shard.begin_expire(now, txn_id):
+                continue
+            if await self._append(txn_id, None) is E.none:
+                removed += 1
+                log.info("transactional id %s expired: removed", txn_id)
+        self.expired += removed
+        return removed
 
     # ------------------------------------------------------------------ the API for handlers
 

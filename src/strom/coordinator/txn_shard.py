@@ -55,6 +55,7 @@ def failed(error: E) -> TxnOutcome:
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
 
 
 class TransactionCoordinatorShard:
@@ -211,6 +212,28 @@ class TransactionCoordinatorShard:
     def next_timeout(self) -> int | None:
         times = [m.start_ms + m.timeout_ms for m in self.txns.values() if m.state is S.ONGOING]
         return min(times) if times else None
+
+    # ------------------------------------------------------------------ expiration
+
+    def expired_ids(self, now: int) -> list[str]:
+        """Kafka's removeExpiredTransactionalIds: ids at rest (Empty, CompleteCommit, CompleteAbort)
+        whose last update is older than transactional.id.expiration.ms. An ongoing or preparing
+        transaction is never expired: its id still has a decision to carry out."""
+        return [t for t, m in self.txns.items() if self._expired(now, m)]
+
+    def _expired(self, now: int, meta: TxnMetadata) -> bool:
+        return (meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                and meta.transactional_id not in self.pending
+                and meta.last_update_ms <= now - self.config.id_expiration_ms)
+
+    def begin_expire(self, now: int, transactional_id: str) -> bool:
+        """Mark an expired id pending while its tombstone is written (requests for it meanwhile get
+        CONCURRENT_TRANSACTIONS); False if it is no longer expired."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or not self._expired(now, meta):
+            return False
+        self.pending.add(transactional_id)
+        return True
 
     # ------------------------------------------------------------------ loading
 

@@ -21,8 +21,14 @@ How a record is kept (Kafka's rules): it has a key, and no later record in the d
 key; a tombstone (null value) is kept until delete.retention.ms after the cleaning that first saw it
 (KIP-534 delete horizon, kept in the batch header). Records without a key are removed. Offsets never
 change: compaction leaves gaps. The batch holding the last write of each active idempotent producer
-is always kept, empty if need be, so its producer id, epoch and last sequence survive. Control
-batches are copied unchanged.
+is always kept, empty if need be, so its producer id, epoch and last sequence survive.
+
+Transactions (Kafka's CleanedTransactionMetadata): the records of aborted transactions are dropped
+and never count as a key's latest. A transaction marker stays while any batch of its transaction is
+still in the log (the batches are walked in offset order from the log start, so the whole log is
+seen in one pass); once none is, the marker gets a delete horizon of delete.retention.ms, like a
+tombstone, and a later cleaning after that horizon removes it. A kept ABORT marker keeps its entry
+in the cleaned segment's ``.txnindex``, so the next cleaning still knows which batches it aborted.
 
 Cleaned segments are written as ``.cleaned`` files, fsynced, then swapped in by
 ``PartitionLog.replace_segments`` (``.cleaned`` -> ``.swap`` -> ``.log``, see ``storage.swap``), so
@@ -42,7 +48,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.records.batch import BatchHeader, read_header
-from strom.records.filter import RawRecord, filter_batch, parse_records
+from strom.records.control import read_marker
+from strom.records.filter import (
+    FilterResult,
+    RawRecord,
+    build_filtered,
+    delete_horizon,
+    filter_batch,
+    parse_records,
+)
 from strom.storage.checkpoint import OffsetCheckpointFile, fsync_dir
 from strom.storage.segment import LOG_SUFFIX, LogSegment, file_name, iter_headers
 from strom.storage.swap import CLEANED_SUFFIX
@@ -216,6 +230,81 @@ class CleaningJob:
 
 
 @dataclass
+class _AbortedTxnState:
+    txn: AbortedTxn
+    observed: bool = False  # a batch of it is still in the log
+
+
+class CleanedTransactionMetadata:
+    """Kafka's CleanedTransactionMetadata: which transaction each batch of a cleaning pass belongs
+    to, fed the batches in offset order. Decides whether a data batch's records are aborted and
+    whether a marker may go (no batch of its transaction was met since the previous marker of its
+    producer: they were all removed by earlier cleanings)."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._ongoing_committed: set[int] = set()
+        self._ongoing_aborted: dict[int, _AbortedTxnState] = {}
+
+    def _consume_aborted_up_to(self, offset: int) -> None:
+        while self._next < len(self._aborted) and self._aborted[self._next].first_offset <= offset:
+            txn = self._aborted[self._next]
+            self._next += 1
+            self._ongoing_aborted.setdefault(txn.producer_id, _AbortedTxnState(txn))
+
+    def on_batch(self, header: BatchHeader) -> bool:
+        """A data batch: True if it belongs to an aborted transaction (its records go)."""
+        self._consume_aborted_up_to(header.last_offset)
+        if not header.is_transactional:
+            return False
+        aborted = self._ongoing_aborted.get(header.producer_id)
+        if aborted is not None:
+            aborted.observed = True
+            return True
+        self._ongoing_committed.add(header.producer_id)
+        return False
+
+    def on_marker(self, data: bytes, header: BatchHeader) -> tuple[bool, AbortedTxn | None]:
+        """A control batch: (whether it may be removed, the aborted transaction to keep in the
+        cleaned ``.txnindex`` when an ABORT marker stays)."""
+        self._consume_aborted_up_to(header.last_offset)
+        if header.records_count == 0:
+            return True, None  # emptied by an earlier cleaning
+        marker = read_marker(data, header)
+        if marker is None:
+            return False, None  # a control record of another kind: kept
+        pid = header.producer_id
+        if marker.is_commit:
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False, None
+            return True, None
+        aborted = self._ongoing_aborted.pop(pid, None)
+        if aborted is not None and aborted.observed:
+            return False, aborted.txn
+        return True, None
+
+
+def filter_marker(data: bytes, header: BatchHeader, removable: bool, now_ms: int,
+                  delete_retention_ms: int) -> FilterResult:
+    """A marker that may go is first given a delete horizon (now + delete.retention.ms: consumers
+    that are reading the log still see it) and removed by a cleaning after that horizon."""
+    if not removable:
+        return FilterResult(data, header.records_count, 0, None)
+    if header.records_count == 0:
+        return FilterResult(None, 0, 0, None)  # an emptied control batch: nothing left to show
+    horizon = delete_horizon(header)
+    if horizon is None:
+        horizon = now_ms + delete_retention_ms
+        return FilterResult(build_filtered(header, parse_records(data, header), horizon), header.records_count, 0,
+                            horizon)
+    if now_ms >= horizon:
+        return FilterResult(None, 0, header.records_count, None)
+    return FilterResult(data, header.records_count, 0, horizon)
+
+
+@dataclass
 class CleanerStats:
     segments_in: int = 0
     segments_out: int = 0
@@ -307,9 +396,13 @@ def clean_group(
     stats: CleanerStats,
     stop: threading.Event,
     throttle: _Throttle,
+    txns: CleanedTransactionMetadata | None = None,
 ) -> LogSegment:
     """Write the cleaned copy of ``group`` as ``<base>.log.cleaned`` (+ indexes), fsynced. The result
-    is a LogSegment whose paths are the final names; its file descriptor is on the .cleaned file."""
+    is a LogSegment whose paths are the final names; its file descriptor is on the .cleaned file.
+    ``txns`` carries the transactions of the pass from one group to the next."""
+    if txns is None:
+        txns = CleanedTransactionMetadata(job.aborted)
     plog = job.log
     config = job.config
     base = group[0].base_offset
@@ -320,6 +413,7 @@ def clean_group(
     try:
         pending = bytearray()
         position = 0
+        kept_aborted: list[AbortedTxn] = []
 
         def keep(rec: RawRecord, offset: int) -> bool:
             return rec.key is not None and offset >= latest.get(rec.key, -1)
@@ -330,17 +424,23 @@ def clean_group(
                     raise CleanerStopped
                 data = os.pread(view.fd, header.size, header.position)
                 h = read_header(data)
-                keep_empty = (
-                    h.producer_id >= 0 and job.producer_last_offsets.get(h.producer_id) == h.last_offset
-                )
-                result = filter_batch(
-                    data,
-                    h,
-                    _keep_none if job.is_aborted(h) else keep,
-                    now_ms=job.now_ms,
-                    delete_retention_ms=config.delete_retention_ms,
-                    keep_empty=keep_empty,
-                )
+                if h.is_control:
+                    removable, aborted_txn = txns.on_marker(data, h)
+                    result = filter_marker(data, h, removable, job.now_ms, config.delete_retention_ms)
+                    if aborted_txn is not None:
+                        kept_aborted.append(aborted_txn)
+                else:
+                    keep_empty = (
+                        h.producer_id >= 0 and job.producer_last_offsets.get(h.producer_id) == h.last_offset
+                    )
+                    result = filter_batch(
+                        data,
+                        h,
+                        _keep_none if txns.on_batch(h) else keep,
+                        now_ms=job.now_ms,
+                        delete_retention_ms=config.delete_retention_ms,
+                        keep_empty=keep_empty,
+                    )
                 stats.records_removed += result.removed
                 throttle.add(len(data), stop)
                 if result.horizon_ms is not None:
@@ -365,6 +465,10 @@ def clean_group(
             seg.time_index.maybe_append(seg.max_timestamp, seg.offset_of_max_timestamp)
         for index in (seg.offset_index, seg.time_index):
             _write_fsynced(index.path.with_name(index.path.name + CLEANED_SUFFIX), index.to_bytes())
+        if kept_aborted:
+            seg.txn_index.replace_entries(kept_aborted)
+            _write_fsynced(seg.txn_index.path.with_name(seg.txn_index.path.name + CLEANED_SUFFIX),
+                           seg.txn_index.to_bytes())
         os.fsync(fd)
         seg.indexes_dirty = False
         stats.segments_out += 1
@@ -390,7 +494,7 @@ def _write_fsynced(path: Path, data: bytes) -> None:
 def discard_cleaned(seg: LogSegment) -> None:
     """Remove the .cleaned files of a cleaning that was not swapped in."""
     seg.close()
-    for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
+    for path in (seg.log_path, seg.offset_index.path, seg.time_index.path, seg.txn_index.path):
         path.with_name(path.name + CLEANED_SUFFIX).unlink(missing_ok=True)
 
 
@@ -535,9 +639,10 @@ class LogCleaner:
         views = [v for v in job.views if v.base_offset < end_offset]
         hook = crash_hook(cconfig.crash_point)
         throttle = _Throttle(cconfig.io_max_bytes_per_second)
+        txns = CleanedTransactionMetadata(job.aborted)  # one pass over the log, group after group
         for group in group_segments(views, job.config.segment_bytes):
             try:
-                cleaned = clean_group(job, group, latest, cconfig, stats, self._stop, throttle)
+                cleaned = clean_group(job, group, latest, cconfig, stats, self._stop, throttle, txns)
             except OSError:
                 if not plog.closed:
                     raise

@@ -740,7 +740,11 @@ class PartitionLog:
             if ids[i : i + len(old)] != [id(s) for s in old] or i + len(old) >= len(ids):
                 return None
         paths = [new.offset_index.path, new.time_index.path, new.log_path]  # the .log last
-        for path in paths:
+        # The aborted transactions whose markers the cleaner kept: to .swap before the .log (a
+        # .log.swap means all is there) and out of it after the .log (a .txnindex.swap without a
+        # .log.swap then means the .log is in place), so complete_swaps can always tell.
+        txn_paths = [new.txn_index.path] if new.txn_index.entries else []
+        for path in [*paths[:2], *txn_paths, paths[2]]:
             os.replace(path.with_name(path.name + CLEANED_SUFFIX), path.with_name(path.name + SWAP_SUFFIX))
         step("swap")
         for n, seg in enumerate(old):
@@ -748,7 +752,7 @@ class PartitionLog:
             if n == 0:
                 step("deleted-partial")
         step("deleted")
-        for path in paths:
+        for path in [*paths, *txn_paths]:
             strip_suffix(path.with_name(path.name + SWAP_SUFFIX), SWAP_SUFFIX)
         step("replaced")
         ids_old = {id(s) for s in old}

@@ -210,6 +210,18 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
 
+    def remove_expired_producers(self, now: int, expiration_ms: int) -> list[int]:
+        """Kafka's removeExpiredProducers: forget producers whose last batch is older than
+        producer.id.expiration.ms, except those with a transaction open here (its first offset
+        holds the LSO and its marker must still find it). Returns the ids forgotten. A later batch
+        from one of them is taken as from a new producer (any sequence), as after Kafka expires it."""
+        cutoff = now - expiration_ms
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and e.last_timestamp <= cutoff]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
     def delete_snapshots_after(self, offset: int) -> None:
         for snap_offset, path in list_snapshots(self.directory):
             if snap_offset > offset:

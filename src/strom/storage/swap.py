@@ -2,8 +2,8 @@
 
 Kafka's protocol, which a crash at any point leaves recoverable:
 
-1. the cleaner writes ``<base>.log.cleaned`` (and ``.index.cleaned``, ``.timeindex.cleaned``) and
-   fsyncs them;
+1. the cleaner writes ``<base>.log.cleaned`` (and ``.index.cleaned``, ``.timeindex.cleaned``, and
+   ``.txnindex.cleaned`` when it kept ABORT markers) and fsyncs them;
 2. it renames them to ``.swap`` (indexes first, the ``.log`` last: a ``.log.swap`` means the new
    segment is complete);
 3. the replaced segments' files are renamed to ``.deleted``;
@@ -12,7 +12,9 @@ Kafka's protocol, which a crash at any point leaves recoverable:
 At start (``complete_swaps``), ``.cleaned`` files are deleted (the cleaning is rolled back: the old
 segments are still all there), and every ``<base>.log.swap`` is completed: the segments it replaces
 (base offsets in [base, the swap's next offset)) are deleted and the swap becomes ``<base>.log``.
-Its indexes are rebuilt from the log. As in Kafka (KAFKA-6264), a ``.swap`` at or above the lowest
+Its offset and time indexes are rebuilt from the log; its ``.txnindex.swap`` (the aborted transactions
+the cleaner kept; renamed to .swap before the .log and back after it) becomes its ``.txnindex``, and
+the replaced segments' ``.txnindex`` files go with them. As in Kafka (KAFKA-6264), a ``.swap`` at or above the lowest
 ``.cleaned`` base offset belongs to an unfinished operation and is deleted instead.
 """
 
@@ -32,13 +34,14 @@ from strom.storage.segment import (
     file_name,
     iter_headers,
 )
+from strom.storage.txn_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def _base_of(name: str, suffix: str) -> int | None:
@@ -72,8 +75,13 @@ def complete_swaps(directory: Path) -> int:
         if n.endswith(CLEANED_SUFFIX):
             (directory / n).unlink(missing_ok=True)
     swaps: list[int] = []
+    txn_swaps: dict[int, Path] = {}
     for n in names:
         if not n.endswith(SWAP_SUFFIX):
+            continue
+        txn_base = _base_of(n, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
+        if txn_base is not None and (min_cleaned is None or txn_base < min_cleaned):
+            txn_swaps[txn_base] = directory / n  # goes in with its .log.swap (below), if there is one
             continue
         base = _base_of(n, LOG_SUFFIX + SWAP_SUFFIX)
         if base is None or (min_cleaned is not None and base >= min_cleaned):
@@ -81,6 +89,10 @@ def complete_swaps(directory: Path) -> int:
             (directory / n).unlink(missing_ok=True)
         else:
             swaps.append(base)
+    for txn_base, path in txn_swaps.items():
+        if txn_base not in swaps:
+            # Its .log.swap already became the .log (the .txnindex goes out of .swap last).
+            os.replace(path, directory / file_name(txn_base, TXN_INDEX_SUFFIX))
     if not swaps:
         return 0
     segment_bases = sorted(b for n in names if (b := _base_of(n, LOG_SUFFIX)) is not None)
@@ -95,6 +107,8 @@ def complete_swaps(directory: Path) -> int:
                 if b == base and suffix == LOG_SUFFIX:
                     continue  # replaced atomically by the rename below
                 (directory / file_name(b, suffix)).unlink(missing_ok=True)
+        if base in txn_swaps:
+            os.replace(txn_swaps[base], directory / file_name(base, TXN_INDEX_SUFFIX))
         os.replace(swap, directory / file_name(base, LOG_SUFFIX))
     fsync_dir(directory)
     return len(swaps)

@@ -59,6 +59,15 @@ class TransactionIndex:
         finally:
             os.close(fd)
 
+    def replace_entries(self, entries: list[AbortedTxn]) -> None:
+        """Set the entries in memory only (a cleaned segment's index, written by the cleaner)."""
+        self._loaded = True
+        self.entries = list(entries)
+
+    def to_bytes(self) -> bytes:
+        self._load()
+        return b"".join(_ENTRY.pack(_VERSION, *t) for t in self.entries)
+
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """Aborted transactions overlapping [fetch_offset, upper_bound), and whether no later segment
         can hold more (an entry whose LSO reaches the bound: Kafka's isComplete)."""

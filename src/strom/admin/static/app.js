@@ -1,5 +1,6 @@
 // strom console: plain JavaScript, no build step, no dependencies.
 // Hash routes: #/overview  #/cluster  #/topics  #/topics/NAME  #/messages/TOPIC/PARTITION  #/groups  #/groups/ID
+//             #/transactions  #/transactions/ID
 // Every page polls the REST API (/api/...) every POLL_MS, so it updates without a reload.
 "use strict";
 
@@ -440,7 +441,38 @@ pages.topic = {
     root.append(el("h1", {}, el("a", { href: "#/topics", text: "Topics" }), "›", el("span", { text: this.name })));
     root.append(el("div", { class: "cards", id: "t-cards" }));
     root.append(el("div", { class: "panel" }, el("h2", { text: "Partitions" }), el("div", { id: "t-parts" })));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Producers" }), el("div", { id: "t-producers" })));
     root.append(el("div", { class: "panel" }, el("h2", { text: "Configuration overrides" }), el("div", { id: "t-configs" })));
+  },
+  // Each partition's idempotent and transactional producers (DescribeProducers), with its LSO.
+  async refreshProducers(root) {
+    const box = root.querySelector("#t-producers");
+    let d;
+    try {
+      d = await api(`/api/topics/${encodeURIComponent(this.name)}/producers`);
+    } catch (e) {
+      box.replaceChildren(el("div", { class: "muted", text: e.message }));
+      return;
+    }
+    const rows = [];
+    for (const p of d.partitions) {
+      for (const pr of p.producers) {
+        const open = pr.current_txn_start_offset >= 0;
+        rows.push(el("tr", { "data-producer": `${p.partition}-${pr.producer_id}` },
+          el("td", { class: "num", text: p.partition }),
+          el("td", { class: "num mono", text: pr.producer_id }),
+          el("td", { class: "num", text: pr.producer_epoch }),
+          el("td", { class: "num", text: pr.last_sequence }),
+          el("td", { class: "mono", text: fmtTime(pr.last_timestamp) }),
+          el("td", { class: "num" }, open ? el("span", { class: "badge Ongoing", text: `open from ${fmtNum(pr.current_txn_start_offset)}` }) : "–"),
+          el("td", { class: "num", text: fmtNum(p.last_stable_offset) }),
+          el("td", { class: "num", text: fmtNum(p.high_watermark) })));
+      }
+    }
+    box.replaceChildren(table(
+      [["Partition", "num"], ["Producer id", "num"], ["Epoch", "num"], ["Last sequence", "num"], "Last write",
+       ["Open transaction", "num"], ["Last stable offset", "num"], ["High watermark", "num"]],
+      rows, "No idempotent or transactional producers on this topic."));
   },
   async refresh(root) {
     let t;
@@ -475,6 +507,7 @@ pages.topic = {
         el("td", { class: "num", text: fmtBytes(p.size_bytes) }),
         el("td", {}, replicaBadge(p)),
         el("td", {}, el("a", { href: `#/messages/${encodeURIComponent(t.name)}/${p.partition}`, text: "browse" }))))));
+    await this.refreshProducers(root);
     const cfg = Object.entries(t.configs);
     root.querySelector("#t-configs").replaceChildren(cfg.length
       ? el("dl", { class: "kv" }, cfg.map(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]))
@@ -662,6 +695,107 @@ pages.group = {
   },
 };
 
+function txnPartitions(parts) {
+  return parts.map((p) => `${p.topic}-${p.partition}`).join(", ") || "–";
+}
+
+pages.transactions = {
+  mount(root) {
+    root.append(el("h1", {}, "Transactions", el("small", { id: "tx-sub" })));
+    root.append(el("div", { class: "cards", id: "tx-cards" }));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Open transactions" }), el("div", { id: "tx-open" })));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Hanging transactions" }),
+      el("p", { class: "muted", id: "tx-hanging-note" }), el("div", { id: "tx-hanging" })));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Transactional ids at rest" }), el("div", { id: "tx-idle" })));
+  },
+  async refresh(root) {
+    const d = await api("/api/transactions");
+    const open = d.transactions.filter((t) => t.open);
+    const idle = d.transactions.filter((t) => !t.open);
+    const c = d.counters;
+    root.querySelector("#tx-sub").textContent =
+      `${d.transactions.length} transactional ids · max timeout ${fmtDuration(d.max_timeout_ms / 1000)}`;
+    root.querySelector("#tx-cards").replaceChildren(
+      card("Open", fmtNum(open.length), "transactions", "tx-open-count"),
+      card("Hanging", fmtNum(d.hanging.length), "partitions held back", "tx-hanging-count"),
+      card("Committed", fmtNum(c.committed), "since start"),
+      card("Aborted", fmtNum(c.aborted), `${fmtNum(c.timed_out)} timed out`),
+      card("Expired ids", fmtNum(c.expired), "since start"));
+    root.querySelector("#tx-open").replaceChildren(table(
+      ["Transactional id", ["Producer id", "num"], ["Epoch", "num"], "State", "Partitions", "Started", ["Age", "num"],
+       ["Timeout", "num"]],
+      open.map((t) => el("tr", { "data-txn": t.transactional_id,
+                                 class: t.age_ms !== null && t.age_ms > t.timeout_ms ? "urp" : null },
+        el("td", {}, el("a", { href: `#/transactions/${encodeURIComponent(t.transactional_id)}`, text: t.transactional_id })),
+        el("td", { class: "num mono", text: t.producer_id }),
+        el("td", { class: "num", text: t.producer_epoch }),
+        el("td", {}, el("span", { class: `badge ${t.state}`, text: t.state })),
+        el("td", { class: "mono", text: txnPartitions(t.partitions) }),
+        el("td", { class: "mono", text: fmtTime(t.start_time) }),
+        el("td", { class: "num", text: t.age_ms === null ? "–" : fmtDuration(t.age_ms / 1000) }),
+        el("td", { class: "num", text: fmtDuration(t.timeout_ms / 1000) }))),
+      "No open transactions."));
+    root.querySelector("#tx-hanging-note").textContent = d.coordinates_all
+      ? "Open on a partition, but past the max timeout or unknown to the coordinator: read_committed consumers stall at the start offset."
+      : "Open on a partition for longer than the max timeout (other brokers coordinate some transactional ids).";
+    root.querySelector("#tx-hanging").replaceChildren(table(
+      ["Topic", ["Partition", "num"], ["Producer id", "num"], ["Epoch", "num"], ["Start offset", "num"], "Last write",
+       ["Age", "num"], "Why"],
+      d.hanging.map((h) => el("tr", { "data-hanging": `${h.topic}-${h.partition}-${h.producer_id}`, class: "urp" },
+        el("td", {}, el("a", { href: `#/topics/${encodeURIComponent(h.topic)}`, text: h.topic })),
+        el("td", { class: "num", text: h.partition }),
+        el("td", { class: "num mono", text: h.producer_id }),
+        el("td", { class: "num", text: h.producer_epoch }),
+        el("td", { class: "num", text: fmtNum(h.start_offset) }),
+        el("td", { class: "mono", text: fmtTime(h.last_timestamp) }),
+        el("td", { class: "num", text: fmtDuration(h.age_ms / 1000) }),
+        el("td", { text: h.reasons.join("; ") }))),
+      "No hanging transactions."));
+    root.querySelector("#tx-idle").replaceChildren(table(
+      ["Transactional id", ["Producer id", "num"], ["Epoch", "num"], "State", "Last update", ["Timeout", "num"]],
+      idle.map((t) => el("tr", { "data-txn": t.transactional_id },
+        el("td", {}, el("a", { href: `#/transactions/${encodeURIComponent(t.transactional_id)}`, text: t.transactional_id })),
+        el("td", { class: "num mono", text: t.producer_id }),
+        el("td", { class: "num", text: t.producer_epoch }),
+        el("td", {}, el("span", { class: `badge ${t.state}`, text: t.state })),
+        el("td", { class: "mono", text: fmtTime(t.last_update) }),
+        el("td", { class: "num", text: fmtDuration(t.timeout_ms / 1000) }))),
+      "None."));
+  },
+};
+
+pages.transaction = {
+  mount(root, args) {
+    this.id = args[0];
+    root.append(el("h1", {}, el("a", { href: "#/transactions", text: "Transactions" }), "›", el("span", { text: this.id })));
+    root.append(el("div", { class: "cards", id: "txd-cards" }));
+    root.append(el("div", { class: "panel" }, el("h2", { text: "Partitions in the transaction" }), el("div", { id: "txd-parts" })));
+  },
+  async refresh(root) {
+    let t;
+    try {
+      t = await api(`/api/transactions/${encodeURIComponent(this.id)}`);
+    } catch (e) {
+      root.querySelector("#txd-cards").replaceChildren(el("div", { class: "msg error", text: e.message }));
+      root.querySelector("#txd-parts").replaceChildren();
+      return;
+    }
+    root.querySelector("#txd-cards").replaceChildren(
+      card("State", t.state, t.open ? "open" : "at rest", "txd-state"),
+      card("Producer", String(t.producer_id), `epoch ${t.producer_epoch}`),
+      card("Started", t.start_time === null ? "–" : fmtTime(t.start_time),
+        t.age_ms === null ? "" : `${fmtDuration(t.age_ms / 1000)} ago`),
+      card("Timeout", fmtDuration(t.timeout_ms / 1000)),
+      card("Last update", fmtTime(t.last_update)));
+    root.querySelector("#txd-parts").replaceChildren(table(
+      ["Topic", ["Partition", "num"]],
+      t.partitions.map((p) => el("tr", { "data-tp": `${p.topic}-${p.partition}` },
+        el("td", {}, el("a", { href: `#/topics/${encodeURIComponent(p.topic)}`, text: p.topic })),
+        el("td", { class: "num", text: p.partition }))),
+      "No partitions: no transaction is open."));
+  },
+};
+
 // ------------------------------------------------------------------ router and polling
 
 function parseRoute() {
@@ -669,6 +803,7 @@ function parseRoute() {
   const head = parts[0] || "overview";
   if (head === "topics" && parts.length > 1) return ["topic", parts.slice(1)];
   if (head === "groups" && parts.length > 1) return ["group", parts.slice(1)];
+  if (head === "transactions" && parts.length > 1) return ["transaction", parts.slice(1)];
   if (head === "messages") return ["messages", parts.slice(1)];
   return [pages[head] ? head : "overview", []];
 }
@@ -688,7 +823,7 @@ function route() {
   const key = name + "/" + args.join("/");
   if (state.page && state.route === key) return;
   state.route = key;
-  const nav = name === "topic" ? "topics" : name === "group" ? "groups" : name;
+  const nav = { topic: "topics", group: "groups", transaction: "transactions" }[name] || name;
   document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === nav));
   const root = document.getElementById("main");
   root.replaceChildren();
