@@ -44,6 +44,7 @@ BROKER_OVERRIDES = {
     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
 }
+JAVA_SHIM = Path(__file__).resolve().parent / "rdkafka_java" / "transaction_producer_cli.py"
 SHIM = Path(__file__).resolve().parent / "kafka_tools_shim.py"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -158,6 +159,15 @@ def run_test(test: str, bootstrap: str, workdir: Path, *, scenario: str = "defau
     for tool in ("kafka-topics.sh", "kafka-acls.sh"):
         (kafka_bin / tool).write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SHIM}" {tool} "$@"\n')
         (kafka_bin / tool).chmod(0o755)
+    # 0098_consumer_txn runs `make -s java`, then java/run-class.sh TransactionProducerCli ...: the
+    # Java program is replaced by a confluent-kafka port (Kafka's jars cannot be fetched here).
+    tests_dir = workdir / "tests"
+    (tests_dir / "Makefile").write_text("java:\n\t@true\n")
+    (tests_dir / "java").mkdir(exist_ok=True)
+    run_class = tests_dir / "java" / "run-class.sh"
+    run_class.write_text(f'#!/bin/sh\n[ "$1" = TransactionProducerCli ] || {{ echo "no $1 here" >&2; exit 1; }}\n'
+                         f'shift\nexec "{sys.executable}" "{JAVA_SHIM}" "$@"\n')
+    run_class.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TESTS", "SUBTESTS", "TESTS_SKIP")}
     env.update({
         "TESTS": test[:4],

@@ -110,3 +110,30 @@ def test_transactions_survive_coordinator_failover(cluster: Cluster) -> None:
     cluster.brokers[coordinator].start(timeout=60)
     wait_until(lambda: len(_read_committed(cluster.bootstrap, topic, len(values), timeout=30)) == len(values), 60,
                interval=1, what="the same committed records after the old coordinator is back")
+
+
+def test_abort_right_after_a_commit_while_its_markers_are_written(cluster: Cluster) -> None:
+    """librdkafka sends AddPartitionsToTxn and then EndTxn without waiting for the first answer. A
+    commit's markers take a few replicated writes here (RF=3), so the next transaction's
+    AddPartitionsToTxn comes while they are out; the coordinator holds it until the commit is
+    complete instead of refusing it, and the abort that follows at once finds its transaction
+    (before, it met INVALID_TXN_STATE and the producer was fenced for good: librdkafka 0098)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = unique("commit-abort")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # alive until the answer
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    cluster.wait_full_isr(topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": unique("tx"), "linger.ms": 0})
+    producer.init_transactions(30)
+    for i in range(20):
+        producer.begin_transaction()
+        producer.produce(topic, b"committed-%d" % i, partition=0)
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"aborted-%d" % i, partition=0)
+        time.sleep(0.003)  # the AddPartitionsToTxn goes out before the abort starts
+        producer.abort_transaction(30)
+    values = _read_committed(cluster.bootstrap, topic, 20)
+    assert values == [b"committed-%d" % i for i in range(20)], values

@@ -16,7 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator import records as rec
@@ -41,6 +42,7 @@ log = logging.getLogger("strom.transactions")
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 _MARKER_RETRY_S = 0.2
+_HOLD_S = 5.0  # longest a request waits for its id's previous transaction to complete
 TopicPartition = tuple[str, int]
 # (producer id, epoch, commit, coordinator epoch, partitions) -> error per partition
 MarkerWriter = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, E]]]
@@ -50,6 +52,12 @@ _MARKER_DONE = (E.none, E.unknown_topic_or_partition)
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Turn:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class TransactionCoordinatorRuntime:
@@ -70,6 +78,7 @@ class TransactionCoordinatorRuntime:
         self.leadership = Leadership(broker, TRANSACTION_STATE_TOPIC_NAME, self._load_owned, self._owned_loaded,
                                      self._unload)
         self._markers: dict[str, asyncio.Task[Any]] = {}
+        self._turns: dict[str, _Turn] = {}  # see _turn
         self._ticker: asyncio.Task[Any] | None = None
         self._expirer: asyncio.Task[Any] | None = None
         # Counters for /metrics and the CLI.
@@ -311,25 +320,52 @@ class TransactionCoordinatorRuntime:
 
     # ------------------------------------------------------------------ the API for handlers
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, transactional_id: str) -> AsyncIterator[None]:
+        """Requests for one transactional id, one at a time in the order they came, each once the
+        id's previous transaction is complete (its markers written; at most _HOLD_S, after which
+        the shard answers CONCURRENT_TRANSACTIONS as Kafka does at once). librdkafka sends
+        AddPartitionsToTxn and, without waiting for its answer, EndTxn: were the first refused
+        while the last commit's markers are out, an abort right after it would find no
+        transaction open and fail the producer for good with INVALID_TXN_STATE."""
+        turn = self._turns.get(transactional_id)
+        if turn is None:
+            turn = self._turns[transactional_id] = _Turn()
+        turn.users += 1
+        try:
+            async with turn.lock:
+                task = self._markers.get(transactional_id)
+                if task is not None and not task.done():
+                    with contextlib.suppress(TimeoutError, Exception):
+                        await asyncio.wait_for(asyncio.shield(task), _HOLD_S)
+                yield
+        finally:
+            turn.users -= 1
+            if turn.users == 0:
+                del self._turns[transactional_id]
+
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
                                producer_epoch: int) -> TxnOutcome:
-        outcome = self.shard.init_producer_id(self.clock(), transactional_id, timeout_ms, producer_id,
-                                              producer_epoch, self.broker.metadata.allocate_producer_id)
-        result = await self._run(transactional_id, outcome)
-        return result
+        async with self._turn(transactional_id):
+            outcome = self.shard.init_producer_id(self.clock(), transactional_id, timeout_ms, producer_id,
+                                                  producer_epoch, self.broker.metadata.allocate_producer_id)
+            return await self._run(transactional_id, outcome)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[TopicPartition]) -> E:
-        outcome = self.shard.add_partitions(self.clock(), transactional_id, producer_id, producer_epoch, partitions)
-        return (await self._run(transactional_id, outcome)).error
+        async with self._turn(transactional_id):
+            outcome = self.shard.add_partitions(self.clock(), transactional_id, producer_id, producer_epoch,
+                                                partitions)
+            return (await self._run(transactional_id, outcome)).error
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: list[TopicPartition]) -> dict[TopicPartition, E]:
         return self.shard.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> E:
-        outcome = self.shard.end_txn(self.clock(), transactional_id, producer_id, producer_epoch, commit)
-        return (await self._run(transactional_id, outcome)).error
+        async with self._turn(transactional_id):
+            outcome = self.shard.end_txn(self.clock(), transactional_id, producer_id, producer_epoch, commit)
+            return (await self._run(transactional_id, outcome)).error
 
     def describe(self, transactional_id: str) -> TxnLogValue | None:
         meta = self.shard.txns.get(transactional_id)
