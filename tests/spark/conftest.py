@@ -51,4 +51,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call" and report.failed:
         cluster = getattr(item, "funcargs", {}).get("spark_cluster")
         if cluster is not None:
-            report.sections.append(("spark standalone cluster logs", cluster.logs(30)))
+            report.sections.append(("spark standalone cluster logs", cluster.logs(15)))

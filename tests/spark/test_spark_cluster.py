@@ -1,9 +1,15 @@
 """The strom source and sink on a Spark standalone cluster (a master and two workers, executors in
 their own JVMs, Python workers importing strom there): an availableNow query from topic to topic,
-killed mid-way, then restarted from its checkpoint after more input arrived; a read_committed reader of the output finds every input record exactly once."""
+killed mid-way, then restarted from its checkpoint after more input arrived, writes every input
+record exactly once for read_committed readers; and `strom demo trucking --master` runs there."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -79,3 +85,47 @@ def test_available_now_restarts_exactly_once_on_a_cluster(spark_cluster: Any, mo
     finished = {path.parent.parent.parent.name for path in spark_cluster.executor_logs()
                 if "Finished task" in path.read_text(errors="replace")}
     assert finished == {"work-0", "work-1"}, spark_cluster.logs(10)
+
+
+@pytest.mark.timeout(240)
+def test_trucking_demo_on_the_cluster(spark_cluster: Any, module_broker: Any, tmp_path: Path) -> None:
+    """`strom demo trucking --master spark://...` runs the pipeline on the cluster: alerts are shown,
+    Ctrl-C stops it cleanly with the summary, and nothing of Spark's start-up chatter is printed."""
+    cmd = [sys.executable, "-m", "strom.cli.main", "demo", "trucking", "--master", spark_cluster.master_url,
+           "--bootstrap-server", module_broker.bootstrap, "--duration", "0", "--rate", "200", "--speedup", "30",
+           "--output", str(tmp_path / "out"),
+           "--spark-conf", "spark.executor.memory=512m",
+           "--spark-conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+           "--spark-conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"]
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    lines: list[str] = []
+    alert = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("ALERT driver"):
+                alert.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        assert alert.wait(180), "no alert shown:\n" + "\n".join(lines[-40:])
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: queries stopped between batches, then the summary
+        assert proc.wait(60) == 0, "\n".join(lines[-40:])
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        reader.join(10)
+    out = "\n".join(lines)
+    assert f"starting Spark ({spark_cluster.master_url}" in out
+    assert "closed windows in" in out, out  # the summary table of the Parquet output
+    for noise in ("WARN", "log4j", "NativeCodeLoader", "incubator", "rdkafka", "Traceback"):
+        assert noise not in out, out
+    # The demo's queries ran in executors on both workers.
+    for worker in spark_cluster.workers:
+        assert "for strom-trucking-demo" in worker.log.read_text(errors="replace"), spark_cluster.logs(10)

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -218,8 +219,13 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
     alerts = 0
     deadline = time.monotonic() + duration if duration else None
     last_status = time.monotonic()
+    # Ctrl-C sets a flag rather than raising KeyboardInterrupt: raised inside a Py4J call it would
+    # break the connection to the JVM (and the clean stop and summary that follow).
+    interrupted = threading.Event()
+    previous_handler = (signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+                        if threading.current_thread() is threading.main_thread() else None)
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while (deadline is None or time.monotonic() < deadline) and not interrupted.is_set():
             for q in queries:
                 if q.exception() is not None:
                     console.print(f"[red]query {q.name} failed:[/] {q.exception()}")
@@ -237,13 +243,15 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
             if errors:
                 console.print(f"[red]producing failed:[/] {errors[0]}")
                 return 1
-    except KeyboardInterrupt:
-        console.print("stopping ...")
+        if interrupted.is_set():
+            console.print("stopping ...")
     finally:
         sim.stop()
         for q in queries:
             _stop_between_batches(q)
         consumer.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
     _summary(spark, output, console, sim.produced, alerts)
     spark.stop()
     return 0
