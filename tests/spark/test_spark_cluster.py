@@ -1,10 +1,12 @@
 """The strom source and sink on a Spark standalone cluster (a master and two workers, executors in
 their own JVMs, Python workers importing strom there): an availableNow query from topic to topic,
 killed mid-way, then restarted from its checkpoint after more input arrived, writes every input
-record exactly once for read_committed readers; and `strom demo trucking --master` runs there."""
+record exactly once for read_committed readers; `strom demo trucking --master` runs there, and so
+does the trucking job given to spark-submit."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,8 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 from spark_helpers import batches, create_topic, kill_group, produce, read_committed, start_job
+from test_spark_trucking import MIN_VIOLATIONS, START_MS, expected_stats
+
+from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC, submit
+from strom.demo.trucking.simulator import Simulator, produce_events
 
 PARTITIONS = 4  # more tasks per micro-batch than one executor's core: both executors read
 PER_TRIGGER = 100
@@ -129,3 +136,44 @@ def test_trucking_demo_on_the_cluster(spark_cluster: Any, module_broker: Any, tm
     # The demo's queries ran in executors on both workers.
     for worker in spark_cluster.workers:
         assert "for strom-trucking-demo" in worker.log.read_text(errors="replace"), spark_cluster.logs(10)
+
+
+@pytest.mark.timeout(240)
+def test_trucking_job_by_spark_submit(spark_cluster: Any, broker: Any, tmp_path: Path) -> None:
+    """The trucking job submitted with spark-submit to the cluster (as docs/spark.md shows) computes
+    the alerts a plain-Python computation over the same seeded events gives."""
+    b = broker.bootstrap
+    create_topic(b, EVENTS_TOPIC, 3)
+    create_topic(b, ALERTS_TOPIC, 1)
+    events = Simulator(seed=7, trucks=6, start_ms=START_MS, mean_gap_ms=300).events(1200)
+    produce_events(b, EVENTS_TOPIC, events)
+    want = {k: v for k, v in expected_stats(events).items() if v["violations"] >= MIN_VIOLATIONS}
+    assert want
+
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    cmd = [str(spark_submit), "--master", spark_cluster.master_url,
+           "--conf", "spark.executor.memory=512m", "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+           "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+           submit.__file__, "--bootstrap-server", b, "--output", str(tmp_path / "out"),
+           "--starting-offsets", "earliest", "--available-now"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("SPARK_HOME", None)
+    log = tmp_path / "submit.log"
+    with log.open("wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        assert proc.wait(200) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+
+    records = read_committed(b, ALERTS_TOPIC, 1)
+    got = {}
+    for key, value in records:
+        a = json.loads(value)
+        assert key == str(a["driverId"]).encode()
+        got[(a["windowStart"], a["driverId"])] = {k: a[k] for k in next(iter(want.values()))}
+    assert len(records) == len(got)  # each alert once
+    assert got == want

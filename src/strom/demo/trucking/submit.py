@@ -6,8 +6,9 @@
 
 Reads truck-geo-events, writes alerts to truck-alerts and the windows to <output>/driver_stats,
 checkpoints in <output>/checkpoints (on a cluster, storage every executor and the driver share).
-Runs until stopped, or for --duration seconds. The events come from `strom demo trucking` or any
-producer of the same JSON (see simulator.py).
+Runs until stopped, for --duration seconds, or with --available-now until what the topic holds at
+the start is processed. The events come from `strom demo trucking` or any producer of the same
+JSON (see simulator.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starting-offsets", default="latest", choices=["earliest", "latest"],
                         help="where a new query starts reading truck-geo-events")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0: until stopped")
+    parser.add_argument("--available-now", action="store_true",
+                        help="process what the topic holds now (Trigger.AvailableNow), then exit")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -36,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName("strom-trucking").config("spark.sql.session.timeZone", "UTC").getOrCreate()
     register(spark)  # stops with one line if the executors' Python cannot import strom
     output = args.output
-    queries = job.start(spark, args.bootstrap_server, output, output / "checkpoints",
-                        trigger={"processingTime": args.trigger},
+    trigger: dict[str, Any] = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
+    queries = job.start(spark, args.bootstrap_server, output, output / "checkpoints", trigger=trigger,
                         source_options={"startingOffsets": args.starting_offsets})
     print(f"trucking job running: alerts -> truck-alerts, windows -> {output / 'driver_stats'}", flush=True)
     deadline = time.monotonic() + args.duration if args.duration else None
@@ -47,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                 if q.exception() is not None:
                     print(f"query {q.name} failed: {q.exception()}", file=sys.stderr)
                     return 1
+            if not any(q.isActive for q in queries):
+                break  # available-now: both queries are done
             time.sleep(1)
     except KeyboardInterrupt:
         pass
