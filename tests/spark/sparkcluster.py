@@ -74,7 +74,8 @@ class _Daemon:
 class SparkStandalone:
     """`with SparkStandalone(tmp, workers=2) as c:` ... `c.master_url`; everything stopped on exit."""
 
-    def __init__(self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
+    def __init__(self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
+                 strom_on_workers: bool = True) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -88,8 +89,9 @@ class SparkStandalone:
              "--webui-port", str(free_port())],
             loopback_env(**common), root / "master.log", re.compile(r"New state: ALIVE"))
         # The workers' executors run Python workers that import strom: from this checkout, as an
-        # installed package would be on a real cluster.
-        pythonpath = os.pathsep.join(p for p in (strom_src(), os.environ.get("PYTHONPATH", "")) if p)
+        # installed package would be on a real cluster (unless the job is to bring its own).
+        pythonpath = os.pathsep.join(p for p in (strom_src() if strom_on_workers else "",
+                                                 os.environ.get("PYTHONPATH", "")) if p)
         self.workers = [
             _Daemon(
                 f"worker-{i}",
