@@ -171,7 +171,11 @@ def spark_session(master: str, log_path: Path, conf: dict[str, str]) -> Any:
         sc = SparkContext.getOrCreate(spark_conf)
     sc.setLogLevel("WARN")
     spark = SparkSession(sc)
-    register(spark)
+    try:
+        register(spark)
+    except Exception:
+        spark.stop()  # e.g. WorkerSetupError: the executors cannot import strom
+        raise
     return spark
 
 
