@@ -31,3 +31,24 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone cluster (master and two 1-core workers on 127.0.0.1), stopped at the end
+    of the module whatever happens; its logs stay in the module's tmp directory."""
+    from sparkcluster import SparkStandalone
+
+    with SparkStandalone(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
+        yield cluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """When a test on the standalone cluster fails, attach the daemons' and executors' log tails."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        cluster = getattr(item, "funcargs", {}).get("spark_cluster")
+        if cluster is not None:
+            report.sections.append(("spark standalone cluster logs", cluster.logs(15)))

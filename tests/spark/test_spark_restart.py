@@ -4,48 +4,16 @@ written by the strom sink, read with read_committed."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_helpers import create_topic, produce
+from spark_helpers import batches, create_topic, kill_group, produce, read_committed, start_job
 
-JOB = Path(__file__).parent / "stream_job.py"
 RECORDS = 3000
 PER_TRIGGER = 100
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
-    with log.open("ab") as f:
-        return subprocess.Popen([sys.executable, str(JOB), *args], stdout=f, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-
-
-def _batches(ck: Path, kind: str) -> set[int]:
-    d = ck / kind
-    return {int(p.name) for p in d.iterdir() if p.name.isdigit()} if d.is_dir() else set()
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the JVM is in the same group; wait until it is gone too
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the Spark driver's process group survived SIGKILL")
 
 
 def _kill_mid_stream_then_resume(b: str, topic: str, out: str, ck: Path, log: Path,
@@ -54,14 +22,14 @@ def _kill_mid_stream_then_resume(b: str, topic: str, out: str, ck: Path, log: Pa
     but not committed; with ``written``, the rows the sink has written so far, once the batch in
     flight has written some), then finish what is left with availableNow from the same checkpoint."""
     args = [b, topic, out, str(ck)]
-    proc = _start([*args, "continuous", str(PER_TRIGGER)], log)
+    proc = start_job([*args, "continuous", str(PER_TRIGGER)], log)
     killed_mid_batch = False
     t0 = time.monotonic()
     try:
         deadline = time.monotonic() + 200
         while time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()[-3000:]
-            planned, done = _batches(ck, "offsets"), _batches(ck, "commits")
+            planned, done = batches(ck, "offsets"), batches(ck, "commits")
             # Kill once a few batches are committed, preferably while the next is planned but not committed.
             in_flight = len(done) >= 3 and max(planned) > max(done)
             if in_flight and (written is None or written() > len(done) * PER_TRIGGER):
@@ -73,19 +41,19 @@ def _kill_mid_stream_then_resume(b: str, topic: str, out: str, ck: Path, log: Pa
         else:
             raise AssertionError("the streaming job made no progress:\n" + log.read_text()[-3000:])
     finally:
-        _kill_group(proc)
-    committed = _batches(ck, "commits")
+        kill_group(proc)
+    committed = batches(ck, "commits")
     assert len(committed) * PER_TRIGGER < RECORDS, "the job finished before it was killed"
     print(f"killed after {len(committed)} committed batches, {time.monotonic() - t0:.1f}s; mid-batch: {killed_mid_batch}")
 
     # Resume: the batch that was in flight is replayed with its logged offsets, the rest in bigger batches.
     t0 = time.monotonic()
-    proc = _start([*args, "available-now", str(PER_TRIGGER * 10)], log)
+    proc = start_job([*args, "available-now", str(PER_TRIGGER * 10)], log)
     try:
         assert proc.wait(200) == 0, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
-            _kill_group(proc)
+            kill_group(proc)
     print(f"resumed run took {time.monotonic() - t0:.1f}s")
 
 
@@ -132,21 +100,7 @@ def test_strom_sink_writes_each_record_once_through_a_driver_kill(module_broker:
         _kill_mid_stream_then_resume(b, "eos-in", "topic:eos-out", tmp_path / "ck", tmp_path / "job.log", written)
     finally:
         peek.close()
-    c = Consumer({"bootstrap.servers": b, "group.id": f"eos-check-{time.monotonic_ns()}",
-                  "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False})
-    got: list[tuple[bytes, bytes]] = []
-    try:
-        c.assign([TopicPartition("eos-out", p, OFFSET_BEGINNING) for p in range(2)])
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(at_end) < 2 and time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
-                if m.error() is None:
-                    got.append((m.key(), m.value()))
-                elif m.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(m.partition())
-    finally:
-        c.close()
+    got = read_committed(b, "eos-out", 2)
     want = sorted((f"{p.partition}:{p.offset}".encode(), p.value) for p in produced)
     assert len(got) == RECORDS, f"{len(got)} records for {RECORDS} inputs"  # none twice ...
     assert sorted(got) == want  # ... none lost

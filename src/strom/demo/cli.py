@@ -29,15 +29,21 @@ def demo() -> None:
               help="Parquet table and checkpoints (emptied at start).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("strom-data-demo"), show_default=True,
               help="Data directory of the embedded broker.")
+@click.option("--master", default="local[2]", show_default=True,
+              help="Spark master: local[N], or spark://HOST:PORT of a standalone cluster whose workers can import "
+                   "strom (docs/spark.md).")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="A Spark setting for the demo's session (repeatable), e.g. spark.executor.memory=512m.")
 @client_options
 def trucking(duration: float, rate: float, speedup: float, trucks: int, output: Path, data_dir: Path,
-             client: ClientOptions) -> None:
+             master: str, spark_conf: tuple[str, ...], client: ClientOptions) -> None:
     """Truck geo-events -> Spark Structured Streaming -> alerts topic and Parquet table.
 
     A simulator produces JSON events to truck-geo-events; a Spark job (strom source and sink) computes
     per-driver violations and average speed in event-time windows, writes alerts for risky drivers to
     truck-alerts and the windows to Parquet. The alerts are shown as they arrive. If no broker answers
-    at --bootstrap-server, an embedded strom broker is started.
+    at --bootstrap-server, an embedded strom broker is started. Spark runs in this process (local[2])
+    or on the standalone cluster given by --master; its own log goes to <output>/spark.log.
     """
     try:
         import pyspark  # noqa: F401
@@ -45,6 +51,18 @@ def trucking(duration: float, rate: float, speedup: float, trucks: int, output: 
         raise click.ClickException("the demo needs PySpark: run it with `make demo`, or pip install 'strom[spark]'") from None
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise click.ClickException("the demo runs Spark, which needs Java 17 or later (java not found)")
+    conf: dict[str, str] = {}
+    for item in spark_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--spark-conf")
+        conf[key.strip()] = value
     from strom.demo.trucking.run import run_demo
+    from strom.spark import WorkerSetupError
 
-    sys.exit(run_demo(client, duration, rate, speedup, trucks, output.resolve(), data_dir.resolve()))
+    try:
+        code = run_demo(client, duration, rate, speedup, trucks, output.resolve(), data_dir.resolve(),
+                        master=master, spark_conf=conf)
+    except WorkerSetupError as e:  # Spark's Python workers cannot import strom: one line, no trace
+        raise click.ClickException(str(e)) from None
+    sys.exit(code)

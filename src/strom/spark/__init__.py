@@ -12,6 +12,8 @@ Install with `pip install strom[spark]` (pyspark >= 4.2, pyarrow). See docs/spar
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 from typing import TYPE_CHECKING
 
@@ -22,12 +24,69 @@ from strom.spark.source import StromDataSource, source_schema
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DataLossError", "OptionError", "StromDataSource", "local_session", "register", "source_schema"]
+__all__ = ["DataLossError", "OptionError", "StromDataSource", "WorkerSetupError", "local_session", "register",
+           "source_schema"]
 
 
-def register(spark: SparkSession) -> None:
-    """Make format("strom") available in this Spark session (read, readStream, write, writeStream)."""
+class WorkerSetupError(RuntimeError):
+    """Spark's Python workers cannot import strom; the message is one line saying what to change."""
+
+
+def register(spark: SparkSession, check_workers: bool = True) -> None:
+    """Make format("strom") available in this Spark session (read, readStream, write, writeStream).
+
+    With `check_workers` (the default), a one-task job first checks that Spark's Python workers can
+    import strom, and raises WorkerSetupError if they cannot: otherwise the first query fails later
+    with a worker's ModuleNotFoundError buried in a Java stack trace.
+    """
+    if check_workers:
+        _check_workers(spark)
     spark.dataSource.register(StromDataSource)
+
+
+def _check_workers(spark: SparkSession) -> None:
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext on this side; its server has its own workers
+        return
+    python = sc.pythonExec or "python3"
+    # Workers of a local master that run this very interpreter share its environment: nothing to check.
+    # (Resolved names, not real paths: a virtualenv's python is a link to a system interpreter.)
+    local = (sc.master or "").startswith("local")
+    if local and os.path.abspath(shutil.which(python) or python) == sys.executable:
+        return
+
+    # Nested, so cloudpickle ships it by value: the worker must not need strom to run the check.
+    def probe(_: int) -> tuple[bool, str]:
+        import importlib.util
+        import sys
+
+        return importlib.util.find_spec("strom") is not None, sys.executable
+
+    fix = ("set PYSPARK_PYTHON (or spark.pyspark.python) to an interpreter with strom installed on every "
+           "worker, or build a local session with strom.spark.local_session()")
+    if local and shutil.which(python) is None:
+        raise WorkerSetupError(f"Spark's Python workers would run {python}, which is not an executable: {fix}")
+    try:
+        results = sc.parallelize([0], 1).map(probe).collect()
+    except Exception as e:
+        raise WorkerSetupError(f"Spark's Python workers ({python}) could not run a check for strom "
+                               f"({_cause(e)}): {fix}") from None
+    missing = [exe for found, exe in results if not found]
+    if missing:
+        raise WorkerSetupError(f"Spark's Python workers ({missing[0]}) cannot import strom: {fix}")
+
+
+def _cause(e: Exception) -> str:
+    """The one line of a failed job that says why: a Python exception's last line, or the task's error."""
+    lines = [line.strip() for line in str(e).splitlines()]
+    for line in lines:
+        if re.match(r"^[A-Za-z_]\w*(Error|Exception): ", line):
+            return line[:200]
+    for line in lines:
+        if "most recent failure:" in line and "): " in line:
+            return line.split("): ", 1)[1][:200]
+    return (lines[0] if lines else type(e).__name__)[:200]
 
 
 def local_session(app_name: str = "strom", master: str = "local[2]", **conf: str) -> SparkSession:

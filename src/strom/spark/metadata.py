@@ -31,7 +31,8 @@ from strom.spark.options import (
 log = logging.getLogger("strom.spark")
 
 REQUEST_TIMEOUT_S = 30.0
-RETRIES = 5
+# After the retries the options ask for, a failed lookup is still asked again (with a growing pause)
+# until this long after its first attempt: enough for a leader failover in a cluster.
 OFFSETS_TIMEOUT_S = 30.0
 
 
@@ -49,18 +50,38 @@ class Metadata:
         self._admin = AdminClient(conf)
         self._isolation = (IsolationLevel.READ_COMMITTED if options.isolation_level == "read_committed"
                            else IsolationLevel.READ_UNCOMMITTED)
+        self._retries = options.fetch_offset_retries
+        self._retry_interval_s = options.fetch_offset_retry_interval_ms / 1000
+
+    def _again(self, attempt: int, deadline: float) -> bool:
+        """After failed attempt number `attempt` (from 1): wait and say whether to ask again.
+
+        The first fetchOffset.numRetries retries come fetchOffset.retryIntervalMs apart (Spark's
+        rule); later ones, until `deadline`, with a pause growing to 1 s.
+        """
+        if attempt <= self._retries:
+            time.sleep(self._retry_interval_s)
+            return True
+        if time.monotonic() < deadline:
+            time.sleep(min(0.2 * attempt, 1.0))
+            return True
+        return False
 
     # ---------------------------------------------------------------------------------------------
     def topics(self) -> dict[str, int]:
         """Topic -> partition count, internal topics (names starting with "__") left out."""
         last: Exception | None = None
-        for attempt in range(RETRIES):
+        deadline = time.monotonic() + OFFSETS_TIMEOUT_S
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 md = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
             except Exception as e:  # KafkaException: broker unreachable or timed out
                 last = e
-                time.sleep(0.2 * (attempt + 1))
-                continue
+                if self._again(attempt, deadline):
+                    continue
+                break
             out: dict[str, int] = {}
             retry = False
             for name, t in md.topics.items():
@@ -74,7 +95,8 @@ class Metadata:
             if not retry:
                 return out
             last = OffsetLookupError("topic metadata not yet available")
-            time.sleep(0.2 * (attempt + 1))
+            if not self._again(attempt, deadline):
+                break
         raise OffsetLookupError(f"could not list topics: {last}")
 
     def partitions(self, subscription: Subscription) -> list[TopicPartition]:
@@ -100,7 +122,7 @@ class Metadata:
         # Patient enough for a leader failover (a ZooKeeper session timeout and an election).
         deadline = time.monotonic() + OFFSETS_TIMEOUT_S
         attempt = 0
-        while remaining and (attempt < RETRIES or time.monotonic() < deadline):
+        while remaining:
             attempt += 1
             try:
                 futures = self._admin.list_offsets({KTP(t, p): spec for (t, p), spec in remaining.items()},
@@ -108,8 +130,9 @@ class Metadata:
                                                    request_timeout=REQUEST_TIMEOUT_S)
             except KafkaException as e:
                 last = e
-                time.sleep(min(0.2 * attempt, 1.0))
-                continue
+                if self._again(attempt, deadline):
+                    continue
+                break
             for ktp, fut in futures.items():
                 try:
                     info = fut.result()
@@ -127,7 +150,8 @@ class Metadata:
                 out[tp] = int(info.offset)
                 remaining.pop(tp, None)
             if remaining:
-                time.sleep(min(0.2 * attempt, 1.0))
+                if not self._again(attempt, deadline):
+                    break
                 # librdkafka looks leaders up in its metadata cache, which a failover leaves stale
                 # (for topic.metadata.refresh.interval.ms): a metadata request renews it.
                 for topic in {t for t, _ in remaining}:

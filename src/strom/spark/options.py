@@ -191,6 +191,10 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     group_id: str = ""
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    # Driver-side metadata and offset lookups: asked again this many times, this long apart, after
+    # a failure (Spark's fetchOffset.numRetries / fetchOffset.retryIntervalMs, same defaults).
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 10
     arrow: bool = True  # hand Spark Arrow record batches (false: Python tuples, slower; for comparison)
 
 
@@ -202,6 +206,9 @@ class SinkOptions:
     # micro-batch is not written twice (strom.spark.sink.produce_exactly_once).
     exactly_once: bool = False
     transactional_id_prefix: str = "strom-spark-"
+    # None: a headers column is written when the DataFrame has one (what Spark's sink does);
+    # False: it is left out; True: it is required.
+    include_headers: bool | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -235,6 +242,19 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
 
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
+
+
+def _non_negative_int(options: Mapping[str, str], name: str, default: int) -> int:
+    value = _get(options, name)
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise OptionError(f"option '{name}': expected a non-negative integer, got {value!r}")
+    return n
 
 
 def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
@@ -363,6 +383,8 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         poll_timeout_ms=_duration_ms(options, "kafkaConsumer.pollTimeoutMs", 120_000),
         group_id=group_id,
         isolation_level="read_committed" if isolation == "read_committed" else "read_uncommitted",
+        fetch_offset_retries=_non_negative_int(options, "fetchOffset.numRetries", 3),
+        fetch_offset_retry_interval_ms=_non_negative_int(options, "fetchOffset.retryIntervalMs", 10),
         arrow=_bool(options, "arrow", True),
     )
 
@@ -377,5 +399,6 @@ def sink_options(options: Mapping[str, str], streaming: bool = False) -> SinkOpt
         raise OptionError("option 'exactlyOnce' is for streaming writes (a batch write has no micro-batch to "
                           "commit with)")
     prefix = _get(options, "transactionalIdPrefix") or "strom-spark-"
+    include_headers = None if _get(options, "includeHeaders") is None else _bool(options, "includeHeaders", False)
     return SinkOptions(client=client, topic=topic.strip() if topic else None, exactly_once=exactly_once,
-                       transactional_id_prefix=prefix)
+                       transactional_id_prefix=prefix, include_headers=include_headers)

@@ -46,7 +46,9 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
         raise SinkSchemaError(f"topic attribute type must be a string, not {fields['topic'].simpleString()}")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
         raise SinkSchemaError(f"partition attribute type must be an int, not {fields['partition'].simpleString()}")
-    if "headers" in fields:
+    if options.include_headers and "headers" not in fields:
+        raise SinkSchemaError("option 'includeHeaders' is true but the DataFrame has no headers column")
+    if "headers" in fields and options.include_headers is not False:
         h = fields["headers"]
         ok = (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
               and [f.name for f in h.elementType.fields] == ["key", "value"]
@@ -107,7 +109,7 @@ def _produce_rows(options: SinkOptions, batches: Iterable[pa.RecordBatch], produ
         keys = _column(batch, "key") or [None] * n
         topics = [options.topic] * n if options.topic else (_column(batch, "topic") or [None] * n)
         partitions = _column(batch, "partition")
-        headers = _column(batch, "headers")
+        headers = _column(batch, "headers") if options.include_headers is not False else None
         for i in range(n):
             topic = topics[i]
             if topic is None:

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def embedded_broker(data_dir: Path, console: Console) -> Iterator[str]:
 def ensure_topics(client: ClientOptions) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(client_config(client))
+    admin = AdminClient(client_config(client, log_level=3))  # librdkafka's notices (level 6) are not for the demo
     existing = set(admin.list_topics(timeout=10).topics)
     # Replication factor -1: the broker's default.replication.factor (3 in `strom dev-cluster 3`).
     wanted = [NewTopic(EVENTS_TOPIC, 3, -1), NewTopic(ALERTS_TOPIC, 1, -1)]
@@ -121,7 +122,8 @@ def describe_alert(a: dict[str, Any]) -> str:
 
 
 def run_demo(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
-             data_dir: Path, console: Console | None = None) -> int:
+             data_dir: Path, console: Console | None = None, master: str = "local[2]",
+             spark_conf: dict[str, str] | None = None) -> int:
     console = console or Console()
     with contextlib.ExitStack() as stack:
         if broker_reachable(client):
@@ -130,17 +132,59 @@ def run_demo(client: ClientOptions, duration: float, rate: float, speedup: float
             console.print(f"no broker answers at {client.bootstrap}; starting one")
             client = dataclasses.replace(client, bootstrap=stack.enter_context(embedded_broker(data_dir, console)))
         ensure_topics(client)
-        return _run(client, duration, rate, speedup, trucks, output, console)
+        return _run(client, duration, rate, speedup, trucks, output, console, master, spark_conf or {})
     return 0  # unreachable; for type checkers
 
 
+def _loopback_master(master: str) -> bool:
+    """A local master, or a standalone master on this machine's loopback interface."""
+    if master.startswith("local"):
+        return True
+    host = master.split("://", 1)[-1].split(",")[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def spark_session(master: str, log_path: Path, conf: dict[str, str]) -> Any:
+    """The demo's SparkSession, its JVM's output (start-up notices, log4j) in `log_path`, not the terminal.
+
+    Spark stays on loopback (SPARK_LOCAL_IP=127.0.0.1) unless SPARK_LOCAL_IP is set or the master
+    is on another host, whose executors must reach this driver. The Python workers run this
+    interpreter unless PYSPARK_PYTHON says otherwise; strom.spark.register checks they import strom.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    from strom.spark import register
+
+    if _loopback_master(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+                "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **conf}
+    spark_conf = SparkConf().setMaster(master).setAppName("strom-trucking-demo").setAll(list(settings.items()))
+    if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        with log_path.open("ab") as log:  # the JVM keeps its own copy of the descriptor
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})
+        sc = SparkContext(conf=spark_conf, gateway=gateway)
+    else:  # under spark-submit, or a context exists: use it as it is
+        sc = SparkContext.getOrCreate(spark_conf)
+    sc.setLogLevel("WARN")
+    spark = SparkSession(sc)
+    try:
+        register(spark)
+    except Exception:
+        spark.stop()  # e.g. WorkerSetupError: the executors cannot import strom
+        raise
+    return spark
+
+
 def _run(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
-         console: Console) -> int:
+         console: Console, master: str = "local[2]", spark_conf: dict[str, str] | None = None) -> int:
     from confluent_kafka import Consumer
 
     from strom.demo.trucking import job
     from strom.demo.trucking.simulator import LiveSimulator
-    from strom.spark import local_session
 
     start_ms = int(time.time() * 1000)
     if output.exists():
@@ -154,10 +198,13 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
     console.print(f"simulator: {trucks} trucks, ~{rate:g} events/s to [bold]{EVENTS_TOPIC}[/], event time "
                   f"{speedup:g}x faster than the clock ({job.WINDOW_SECONDS}s windows close every "
                   f"~{job.WINDOW_SECONDS / speedup:.0f}s)")
-    console.print("starting Spark (local[2]) ...")
-    spark = local_session("strom-trucking-demo", "local[2]", **{
-        "spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    spark_log = output / "spark.log"
+    console.print(f"starting Spark ({master}; its log: {spark_log}) ...")
+    try:
+        spark = spark_session(master, spark_log, spark_conf or {})
+    except Exception:
+        sim.stop()
+        raise
     # This run's events only: from the first record produced at or after its start.
     # The -X properties reach Spark's clients as the source's and sink's "kafka.*" options.
     kafka_options = {f"kafka.{k}": v for k, v in client.properties.items()}
@@ -176,8 +223,13 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
     alerts = 0
     deadline = time.monotonic() + duration if duration else None
     last_status = time.monotonic()
+    # Ctrl-C sets a flag rather than raising KeyboardInterrupt: raised inside a Py4J call it would
+    # break the connection to the JVM (and the clean stop and summary that follow).
+    interrupted = threading.Event()
+    previous_handler = (signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+                        if threading.current_thread() is threading.main_thread() else None)
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while (deadline is None or time.monotonic() < deadline) and not interrupted.is_set():
             for q in queries:
                 if q.exception() is not None:
                     console.print(f"[red]query {q.name} failed:[/] {q.exception()}")
@@ -195,13 +247,15 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
             if errors:
                 console.print(f"[red]producing failed:[/] {errors[0]}")
                 return 1
-    except KeyboardInterrupt:
-        console.print("stopping ...")
+        if interrupted.is_set():
+            console.print("stopping ...")
     finally:
         sim.stop()
         for q in queries:
             _stop_between_batches(q)
         consumer.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
     _summary(spark, output, console, sim.produced, alerts)
     spark.stop()
     return 0
