@@ -4,6 +4,7 @@ produce/consume shortcuts, and a validator for the partition logs a broker leave
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 import struct
 import time
@@ -515,3 +516,25 @@ class BackgroundTraffic:
         self._stop_consuming.set()
         self._threads[1].join(10)
         return list(self.acked), list(self.consumed), list(self.errors)
+
+
+# ---- a process's TCP connections (Linux /proc) ------------------------------------------------------
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds open."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def remote_ports(pid: int) -> list[int]:
+    """The remote port of each established IPv4 TCP connection the process holds."""
+    inodes = socket_inodes(pid)
+    lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    return [int(f[2].rsplit(":", 1)[1], 16) for f in map(str.split, lines) if f[9] in inodes and f[3] == "01"]

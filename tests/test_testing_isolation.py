@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from brokerproc import BrokerProcess
 from confluent_kafka import Producer
-from helpers import RawConnection
+from helpers import RawConnection, remote_ports, socket_inodes
 
 from strom.config.definitions import BROKER_CONFIGS
 from strom.testing import EmbeddedBroker
@@ -25,18 +25,6 @@ from strom.testing.embedded import CONTROL_ENV
 pytestmark = pytest.mark.timeout(60)
 
 LISTEN, ESTABLISHED = "0A", "01"
-
-
-def socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    return inodes
 
 
 def tcp_sockets(pid: int) -> list[tuple[str, int]]:
@@ -94,13 +82,6 @@ def test_control_variable_is_loopback_only(tmp_path: Path) -> None:
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert "the control channel is loopback only" in result.stderr
-
-
-def remote_ports(pid: int) -> list[int]:
-    """The remote port of each established TCP connection the process holds."""
-    inodes = socket_inodes(pid)
-    lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
-    return [int(f[2].rsplit(":", 1)[1], 16) for f in map(str.split, lines) if f[9] in inodes and f[3] == ESTABLISHED]
 
 
 @pytest.mark.parametrize("fork_server", ["1", "0"], ids=["forked", "subprocess"])

@@ -3,38 +3,16 @@ own connection and its share of the partitions, and the replicas still end up id
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from clusterproc import Cluster, wait_replicas_identical
 from conftest import unique
-from helpers import confluent_produce, wait_until
+from helpers import confluent_produce, remote_ports, wait_until
 
 from strom.replication.replica_manager import fetcher_index
 
 pytestmark = pytest.mark.timeout(180)
 FETCHERS = 3
 CLUSTER_OVERRIDES = {"num.replica.fetchers": str(FETCHERS)}
-
-
-def _connections_to(pid: int, port: int) -> int:
-    """Established TCP connections of process ``pid`` to 127.0.0.1:``port`` (from /proc)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        remote_port = int(fields[2].split(":")[1], 16)
-        if remote_port == port and fields[3] == "01" and fields[9] in inodes:  # 01 = ESTABLISHED
-            count += 1
-    return count
 
 
 def test_followers_use_several_fetchers_per_leader(cluster: Cluster) -> None:
@@ -53,5 +31,5 @@ def test_followers_use_several_fetchers_per_leader(cluster: Cluster) -> None:
     leader_port = cluster.brokers[1].port
     for follower in (2, 3):
         pid = cluster.brokers[follower].proc.pid
-        wait_until(lambda pid=pid: _connections_to(pid, leader_port) == FETCHERS, 15, interval=0.2,
+        wait_until(lambda pid=pid: remote_ports(pid).count(leader_port) == FETCHERS, 15, interval=0.2,
                    what=f"{FETCHERS} fetcher connections from broker {follower} to the leader")
