@@ -13,14 +13,18 @@ For each value size, on a fresh 2-partition topic:
 6. the sink: a cached DataFrame of as many records of that size written with format("strom"),
    then `strom bench produce` once more, so that drift on a shared machine hits both.
 Steps 2-5 run --repeat times, alternating. Prints records/s for each step, then the best of each and
-the ratios that matter (Spark / ceiling, sink / produce). Absolute figures move with the machine's
-load; the ratios, measured side by side, are the result.
+the ratios that matter (Spark / ceiling, sink / produce), and the CPU time each reading path spent
+per record (median; the client's process for the ceiling, this process for the executor, this
+process with Spark's JVM and Python workers for Spark; the broker's is not counted). Absolute rates
+move with the machine's load; the ratios, measured side by side, and the CPU per record less so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,13 +32,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from strom.spark.options import source_options
 from strom.spark.planning import OffsetRange
 
 
-def _strom_bench(command: str, bootstrap: str, topic: str, records: int, size: int) -> float:
+def _strom_bench(command: str, bootstrap: str, topic: str, records: int, size: int,
+                 cpu: list[float] | None = None) -> float:
     """Run `strom bench <command>` as its own process; its records/s."""
     args = [sys.executable, "-m", "strom.cli.main", "bench", command, "-b", bootstrap, "--topic", topic,
             "--records", str(records), "--json"]
@@ -46,6 +52,8 @@ def _strom_bench(command: str, bootstrap: str, topic: str, records: int, size: i
     result = json.loads(out.stdout)
     if result.get("received", records) < records and command == "consume":
         raise RuntimeError(f"strom bench consume read {result.get('received')} of {records} records")
+    if cpu is not None and result.get("client_cpu_s") is not None:
+        cpu.append(float(result["client_cpu_s"]) * 1e6 / records)
     return float(result["records_per_s"])
 
 
@@ -59,10 +67,30 @@ def _ends(bootstrap: str, topic: str) -> list[tuple[int, int]]:
         c.close()
 
 
-def _timed(fn: Callable[[], int]) -> float:
-    t0 = time.perf_counter()
+def _tree_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds used so far by a process and all its descendants (Linux /proc; 0 elsewhere): this
+    process, Spark's JVM and its Python workers. Reaped children count through cutime/cstime."""
+    pid = pid or os.getpid()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    total = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    children: list[str] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):  # children of every thread: the JVM forks from others
+            children += Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+    return total + sum(_tree_cpu_s(int(c)) for c in children)
+
+
+def _timed(fn: Callable[[], int], cpu: list[float] | None = None) -> float:
+    """records/s of fn(); appends the CPU microseconds per record of this process tree to ``cpu``."""
+    c0, t0 = _tree_cpu_s(), time.perf_counter()
     n = fn()
-    return n / (time.perf_counter() - t0)
+    rate = n / (time.perf_counter() - t0)
+    if cpu is not None:
+        cpu.append((_tree_cpu_s() - c0) * 1e6 / n)
+    return rate
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,12 +166,15 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
 
     spark_read()  # warm-up: the JVM's code and the Python workers
     rates: dict[str, list[float]] = {k: [] for k in ("ceiling", "executor", "read", "stream")}
+    cpu: dict[str, list[float]] = {k: [] for k in rates}
     for _ in range(repeat):
-        rates["ceiling"].append(_show("raw client: strom bench consume", _strom_bench("consume", b, topic,
-                                                                                      total, size)))
-        rates["executor"].append(_show("executor work alone: fetch -> Arrow batches", _timed(executor)))
-        rates["read"].append(_show("Spark local[2]: read -> noop", _timed(spark_read)))
-        rates["stream"].append(_show("Spark local[2]: readStream availableNow -> noop", _timed(spark_stream)))
+        rates["ceiling"].append(_show("raw client: strom bench consume", _strom_bench("consume", b, topic, total,
+                                                                                      size, cpu["ceiling"])))
+        rates["executor"].append(_show("executor work alone: fetch -> Arrow batches",
+                                       _timed(executor, cpu["executor"])))
+        rates["read"].append(_show("Spark local[2]: read -> noop", _timed(spark_read, cpu["read"])))
+        rates["stream"].append(_show("Spark local[2]: readStream availableNow -> noop",
+                                     _timed(spark_stream, cpu["stream"])))
 
     data = (spark.range(total, numPartitions=2)
             .select(F.col("id").cast("string").cast("binary").alias("key"),
@@ -169,11 +200,14 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
     def ratios(name: str) -> str:
         per_round = [r / c for r, c in zip(rates[name], rates["ceiling"], strict=True)]
         return (f"{best[name]:>12,.0f} records/s  best/best {best[name] / ceiling:.2f}x, "
-                f"per round {statistics.median(per_round):.2f}x median")
+                f"per round {statistics.median(per_round):.2f}x median; {cpu_text(name)}")
+
+    def cpu_text(name: str) -> str:
+        return f"CPU {statistics.median(cpu[name]):.2f} us/record" if cpu[name] else "CPU not measured"
 
     return [
         f"{size} B values, {total:,} records, best of {repeat}:",
-        f"  raw client ceiling (strom bench consume)        {ceiling:>12,.0f} records/s",
+        f"  raw client ceiling (strom bench consume)        {ceiling:>12,.0f} records/s  {cpu_text('ceiling')}",
         f"  executor work alone (one process, in turn)      {ratios('executor')}",
         f"  Spark local[2] read -> noop                     {ratios('read')}",
         f"  Spark local[2] readStream availableNow -> noop  {ratios('stream')}",
