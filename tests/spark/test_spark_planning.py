@@ -170,3 +170,34 @@ def test_stream_reader_plans_ranges_and_reports_data_loss() -> None:
     lenient: Any = _stream_reader(meta, failOnDataLoss="false")
     parts = lenient.partitions({"t": {"0": 0}}, {"t": {"0": 10, "1": 20}})
     assert [(p.range.partition, p.range.from_offset, p.range.until_offset) for p in parts] == [(0, 0, 10), (1, 7, 20)]
+
+
+def test_reader_pauses_the_garbage_collector_only_while_it_runs() -> None:
+    import gc
+    from collections.abc import Iterator
+
+    from strom.spark.fetch import _gc_paused
+
+    seen: list[bool] = []
+
+    def steps() -> Iterator[int]:
+        for i in range(3):
+            seen.append(gc.isenabled())
+            yield i
+
+    assert gc.isenabled()
+    it = _gc_paused(steps())
+    assert next(it) == 0
+    assert gc.isenabled()  # the caller runs with the collector on
+    assert next(it) == 1
+    del it  # a reader abandoned half-way leaves nothing switched off
+    assert gc.isenabled()
+    assert seen == [False, False]
+    assert list(_gc_paused(steps())) == [0, 1, 2]
+    assert gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        assert list(_gc_paused(steps())) == [0, 1, 2]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
