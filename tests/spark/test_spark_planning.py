@@ -201,3 +201,14 @@ def test_reader_pauses_the_garbage_collector_only_while_it_runs() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_executor_consumer_queue_fits_the_range() -> None:
+    from strom.spark.fetch import consumer_config
+
+    o = source_options(opts(subscribe="t"), streaming=False)
+    depth = {n: consumer_config(o, n)["queued.min.messages"] for n in (10, 50_000, 5_000_000)}
+    assert depth == {10: 1_000, 50_000: 50_000, 5_000_000: 1_000_000}
+    assert consumer_config(o, 10)["fetch.queue.backoff.ms"] == 10
+    mine = source_options(opts(subscribe="t", **{"kafka.queued.min.messages": "123"}), streaming=False)
+    assert consumer_config(mine, 50_000)["queued.min.messages"] == "123"  # a kafka.* option wins

@@ -62,13 +62,19 @@ def data_loss(message: str, fail: bool) -> None:
 
 # librdkafka stops fetching a partition once queued.min.messages (100,000) records wait in its queue
 # and then sleeps fetch.queue.backoff.ms (1,000 ms): with small records a task idled most of each
-# second (about 200,000 records/s). A deeper queue and a short back-off keep the fetches flowing;
+# second (about 200,000 records/s). A queue as deep as the range (up to a million records) and a
+# short back-off keep the fetches flowing without fetching far past the range's end;
 # queued.max.messages.kbytes (64 MiB) still bounds the memory. A kafka.* option overrides these.
-THROUGHPUT_DEFAULTS: dict[str, Any] = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10}
+QUEUED_MIN_MESSAGES = (1_000, 1_000_000)
+FETCH_QUEUE_BACKOFF_MS = 10
 
 
-def consumer_config(options: SourceOptions) -> dict[str, Any]:
-    conf: dict[str, Any] = {**THROUGHPUT_DEFAULTS, **options.client.client_config()}
+def consumer_config(options: SourceOptions, records: int = QUEUED_MIN_MESSAGES[1]) -> dict[str, Any]:
+    """The executor's consumer for a range of ``records`` offsets."""
+    low, high = QUEUED_MIN_MESSAGES
+    conf: dict[str, Any] = {"queued.min.messages": min(high, max(low, records)),
+                            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+                            **options.client.client_config()}
     conf.update({
         "group.id": options.group_id or f"spark-strom-source-{uuid.uuid4()}",
         "enable.auto.commit": False,
@@ -224,7 +230,7 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
 
     if r.until_offset <= r.from_offset:
         return
-    consumer: Any = (consumer_factory or Consumer)(consumer_config(options))
+    consumer: Any = (consumer_factory or Consumer)(consumer_config(options, r.until_offset - r.from_offset))
     fail = options.fail_on_data_loss
     name = f"{r.topic}-{r.partition}"
     transient = transient_codes()
