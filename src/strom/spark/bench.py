@@ -50,8 +50,9 @@ def _strom_bench(command: str, bootstrap: str, topic: str, records: int, size: i
     if out.returncode != 0:
         raise RuntimeError(f"strom bench {command} failed: {out.stderr or out.stdout}")
     result = json.loads(out.stdout)
-    if result.get("received", records) < records and command == "consume":
-        raise RuntimeError(f"strom bench consume read {result.get('received')} of {records} records")
+    received = result["records"]["received"]
+    if command == "consume" and received < records:
+        raise RuntimeError(f"strom bench consume read {received} of {records} records")
     if cpu is not None and result.get("client_cpu_s") is not None:
         cpu.append(float(result["client_cpu_s"]) * 1e6 / records)
     return float(result["records_per_s"])
