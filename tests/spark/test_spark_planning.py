@@ -170,3 +170,45 @@ def test_stream_reader_plans_ranges_and_reports_data_loss() -> None:
     lenient: Any = _stream_reader(meta, failOnDataLoss="false")
     parts = lenient.partitions({"t": {"0": 0}}, {"t": {"0": 10, "1": 20}})
     assert [(p.range.partition, p.range.from_offset, p.range.until_offset) for p in parts] == [(0, 0, 10), (1, 7, 20)]
+
+
+def test_reader_pauses_the_garbage_collector_only_while_it_runs() -> None:
+    import gc
+    from collections.abc import Iterator
+
+    from strom.spark.fetch import _gc_paused
+
+    seen: list[bool] = []
+
+    def steps() -> Iterator[int]:
+        for i in range(3):
+            seen.append(gc.isenabled())
+            yield i
+
+    assert gc.isenabled()
+    it = _gc_paused(steps())
+    assert next(it) == 0
+    assert gc.isenabled()  # the caller runs with the collector on
+    assert next(it) == 1
+    del it  # a reader abandoned half-way leaves nothing switched off
+    assert gc.isenabled()
+    assert seen == [False, False]
+    assert list(_gc_paused(steps())) == [0, 1, 2]
+    assert gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        assert list(_gc_paused(steps())) == [0, 1, 2]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_executor_consumer_queue_fits_the_range() -> None:
+    from strom.spark.fetch import consumer_config
+
+    o = source_options(opts(subscribe="t"), streaming=False)
+    depth = {n: consumer_config(o, n)["queued.min.messages"] for n in (10, 50_000, 5_000_000)}
+    assert depth == {10: 1_000, 50_000: 50_000, 5_000_000: 1_000_000}
+    assert consumer_config(o, 10)["fetch.queue.backoff.ms"] == 10
+    mine = source_options(opts(subscribe="t", **{"kafka.queued.min.messages": "123"}), streaming=False)
+    assert consumer_config(mine, 50_000)["queued.min.messages"] == "123"  # a kafka.* option wins

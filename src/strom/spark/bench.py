@@ -1,193 +1,232 @@
-"""Measure the strom Spark source: Arrow record batches against row tuples, and where the time goes.
+"""Measure the strom Spark source and sink against the raw client, in one run.
 
-    python -m strom.spark.bench --bootstrap-server 127.0.0.1:9092 [--records 1000000] [--size 100]
+    python -m strom.spark.bench --bootstrap-server 127.0.0.1:9092 [--records 1000000] [--sizes 100,1024]
 
-Fills a 2-partition topic (unless it already holds the records), then reads all of it
-1. with a bare confluent-kafka consumer (the client's ceiling: no columns, no Spark),
-2. the conversion alone, from up to 200,000 records fetched into memory beforehand: records ->
-   Arrow batches, and records -> tuples -> Arrow through PySpark's own converter (what Spark does
-   with tuples a reader yields),
-3. the executor's whole work (fetch and conversion) in this process, both ways,
-4. through Spark (local[2]): spark.read.format("strom") ... write.format("noop"), arrow=true and false.
-Prints records/s for each; best of --repeat runs.
+For each value size, on a fresh 2-partition topic:
+1. `strom bench produce` fills it (the producer's rate: the sink's yardstick),
+2. `strom bench consume` reads it all (the raw client ceiling: one batch-consuming confluent-kafka
+   consumer, fetch pipeline kept full),
+3. the executor's work alone: strom.spark.fetch reads both partitions into Arrow batches in this
+   process, one after the other,
+4. Spark local[2]: spark.read.format("strom") ... write.format("noop"),
+5. Spark local[2]: the same through readStream with trigger availableNow (one micro-batch),
+6. the sink: a cached DataFrame of as many records of that size written with format("strom"),
+   then `strom bench produce` once more, so that drift on a shared machine hits both.
+Steps 2-5 run --repeat times, alternating. Prints records/s for each step, then the best of each and
+the ratios that matter (Spark / ceiling, sink / produce), and the CPU time each reading path spent
+per record (median; the client's process for the ceiling, this process for the executor, this
+process with Spark's JVM and Python workers for Spark; the broker's is not counted). Absolute rates
+move with the machine's load; the ratios, measured side by side, and the CPU per record less so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from strom.spark.options import source_options
 from strom.spark.planning import OffsetRange
 
 
-def _fill(bootstrap: str, topic: str, records: int, size: int) -> list[tuple[int, int]]:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic not in admin.list_topics(timeout=10).topics:
-        for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-            f.result(30)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
-    ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)]
-    missing = records - sum(ends)
-    if missing > 0:
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                             "compression.type": "none"})
-        value = bytes(range(256)) * (size // 256 + 1)
-        t0 = time.perf_counter()
-        for i in range(missing):
-            while True:
-                try:
-                    producer.produce(topic, value=value[:size], key=b"k%d" % (i % 1000), partition=i % 2,
-                                     headers=[("h", b"1")] if i % 10 == 0 else None)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-        producer.flush(120)
-        print(f"produced {missing} records of {size} bytes in {time.perf_counter() - t0:.1f}s")
-        ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)]
-    c.close()
-    return [(p, ends[p]) for p in (0, 1)]
+def _strom_bench(command: str, bootstrap: str, topic: str, records: int, size: int,
+                 cpu: list[float] | None = None) -> float:
+    """Run `strom bench <command>` as its own process; its records/s."""
+    args = [sys.executable, "-m", "strom.cli.main", "bench", command, "-b", bootstrap, "--topic", topic,
+            "--records", str(records), "--json"]
+    if command == "produce":
+        args += ["--record-size", str(size), "--partitions", "2"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"strom bench {command} failed: {out.stderr or out.stdout}")
+    result = json.loads(out.stdout)
+    received = result["records"]["received"]
+    if command == "consume" and received < records:
+        raise RuntimeError(f"strom bench consume read {received} of {records} records")
+    if cpu is not None and result.get("client_cpu_s") is not None:
+        cpu.append(float(result["client_cpu_s"]) * 1e6 / records)
+    return float(result["records_per_s"])
 
 
-def _fetch_into_memory(bootstrap: str, topic: str, n: int) -> list[Any]:
+def _ends(bootstrap: str, topic: str) -> list[tuple[int, int]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    msgs: list[Any] = []
-    while len(msgs) < n:
-        msgs += [m for m in c.consume(num_messages=min(8192, n - len(msgs)), timeout=1.0) if m.error() is None]
-    c.close()
-    return msgs
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"strom-spark-bench-{uuid.uuid4()}"})
+    try:
+        return [(p, int(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])) for p in (0, 1)]
+    finally:
+        c.close()
 
 
-def _best(repeat: int, fn: Callable[[], int]) -> tuple[float, int]:
-    best, n = float("inf"), 0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        n = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, n
+def _tree_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds used so far by a process and all its descendants (Linux /proc; 0 elsewhere): this
+    process, Spark's JVM and its Python workers. Reaped children count through cutime/cstime."""
+    pid = pid or os.getpid()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    total = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    children: list[str] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):  # children of every thread: the JVM forks from others
+            children += Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+    return total + sum(_tree_cpu_s(int(c)) for c in children)
+
+
+def _timed(fn: Callable[[], int], cpu: list[float] | None = None) -> float:
+    """records/s of fn(); appends the CPU microseconds per record of this process tree to ``cpu``."""
+    c0, t0 = _tree_cpu_s(), time.perf_counter()
+    n = fn()
+    rate = n / (time.perf_counter() - t0)
+    if cpu is not None:
+        cpu.append((_tree_cpu_s() - c0) * 1e6 / n)
+    return rate
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    ap.add_argument("--topic", default="spark-bench")
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--records", type=int, default=1_000_000, help="records per value size")
+    ap.add_argument("--sizes", default="100,1024", help="value sizes in bytes, comma-separated")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip-spark", action="store_true")
+    ap.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
     args = ap.parse_args(argv)
-    b, topic = args.bootstrap_server, args.topic
-    ends = _fill(b, topic, args.records, args.size)
+    b = args.bootstrap_server
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    run_id = uuid.uuid4().hex[:8]
+
+    from strom.spark import local_session
+
+    spark = local_session("strom-spark-bench", "local[2]", **{"spark.ui.showConsoleProgress": "false",
+                                                                "spark.sql.shuffle.partitions": "2"})
+    spark.sparkContext.setLogLevel("ERROR")
+    topics: list[str] = []
+    summary: list[str] = []
+    try:
+        for size in sizes:
+            topic = f"strom-spark-bench-{run_id}-{size}"
+            topics += [topic, f"{topic}-sink", f"{topic}-produce"]
+            summary += _measure(spark, b, topic, size, args.records, args.repeat)
+    finally:
+        spark.stop()
+        if topics and not args.keep_topics:
+            _delete_topics(b, topics)
+    print()
+    print("\n".join(summary))
+
+
+def _show(name: str, rate: float) -> float:
+    print(f"  {name:<52} {rate:>12,.0f} records/s", flush=True)
+    return rate
+
+
+def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: int) -> list[str]:
+    """Steps 1-6 for one value size; the summary lines."""
+    from pyspark.sql import functions as F
+
+    from strom.spark import fetch
+
+    out_topic = f"{topic}-sink"
+    print(f"{records:,} records of {size} B", flush=True)
+    produce = [_show("strom bench produce", _strom_bench("produce", b, topic, records, size))]
+    ends = _ends(b, topic)
     total = sum(e for _, e in ends)
     opts = source_options({"kafka.bootstrap.servers": b, "subscribe": topic}, streaming=False)
     ranges = [OffsetRange(topic, p, 0, e) for p, e in ends]
-    results: list[tuple[str, float, int]] = []
 
-    def report(name: str, seconds: float, n: int) -> None:
-        results.append((name, seconds, n))
-        print(f"{name:<58} {n / seconds:>12,.0f} records/s  ({n} in {seconds:.2f}s)", flush=True)
-
-    # 1. bare client
-    def bare() -> int:
-        from confluent_kafka import Consumer, TopicPartition
-
-        n = 0
-        for p, end in ends:
-            c = Consumer({"bootstrap.servers": b, "group.id": f"bench-{uuid.uuid4()}", "enable.auto.commit": False})
-            c.assign([TopicPartition(topic, p, 0)])
-            got = 0
-            while got < end:
-                for m in c.consume(num_messages=min(8192, end - got), timeout=1.0):
-                    if m.error() is None:
-                        m.key(), m.value(), m.offset(), m.timestamp()
-                        got += 1
-            c.close()
-            n += got
-        return n
-
-    report("confluent-kafka consumer alone (key/value/offset/ts)", *_best(args.repeat, bare))
-
-    # 2. the conversion alone, from records already fetched into memory
-    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
-
-    from strom.spark import fetch
-    from strom.spark.source import StromDataSource, source_schema
-
-    msgs = _fetch_into_memory(b, topic, min(ends[0][1], 200_000))
-    chunks = [msgs[i:i + fetch.BATCH_ROWS] for i in range(0, len(msgs), fetch.BATCH_ROWS)]
-    schema = fetch.arrow_schema(False)
-    ds = StromDataSource({})
-
-    def columns(chunk: list[Any]) -> Any:
-        cols = fetch._Columns(False)
-        cols.add_all(chunk)
-        return cols
-
-    def convert_arrow() -> int:
-        return sum(columns(c).to_batch(schema, topic, 0).num_rows for c in chunks)
-
-    def convert_tuples() -> int:
-        rows = (row for c in chunks for row in columns(c).to_tuples(topic, 0))
-        return sum(batch.num_rows for batch in records_to_arrow_batches(rows, 10_000, source_schema(False), ds))
-
-    for _ in range(2):  # alternate, so drift on a shared machine hits both
-        report("conversion only: records -> Arrow batches (strom.spark)", *_best(args.repeat, convert_arrow))
-        report("conversion only: records -> tuples -> Arrow (PySpark's)", *_best(args.repeat, convert_tuples))
-    msgs.clear()  # free the fetched records
-    chunks.clear()
-
-    # 3. the executor's whole work (fetch + conversion), in this process
-    def arrow() -> int:
+    def executor() -> int:
         return sum(batch.num_rows for r in ranges for batch in fetch.read_range(opts, r))
 
-    def tuples() -> int:
-        return sum(batch.num_rows for r in ranges
-                   for batch in records_to_arrow_batches(fetch.read_range_tuples(opts, r), 10_000,
-                                                         source_schema(False), ds))
+    def spark_read() -> int:
+        df = spark.read.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", topic).load()
+        df.write.format("noop").mode("overwrite").save()
+        return total
 
-    report("executor: fetch + records -> Arrow batches", *_best(args.repeat, arrow))
-    report("executor: fetch + records -> tuples -> Arrow", *_best(args.repeat, tuples))
+    def spark_stream() -> int:
+        with tempfile.TemporaryDirectory(prefix="strom-spark-bench-") as ck:
+            q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", b)
+                 .option("subscribe", topic).option("startingOffsets", "earliest").load()
+                 .writeStream.format("noop").option("checkpointLocation", ck)
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+            rows = sum(p["numInputRows"] for p in q.recentProgress)
+        if rows != total:
+            raise RuntimeError(f"the streaming query read {rows} of {total} records")
+        return total
 
-    # 3. through Spark
-    if not args.skip_spark:
-        from strom.spark import local_session
+    spark_read()  # warm-up: the JVM's code and the Python workers
+    rates: dict[str, list[float]] = {k: [] for k in ("ceiling", "executor", "read", "stream")}
+    cpu: dict[str, list[float]] = {k: [] for k in rates}
+    for _ in range(repeat):
+        rates["ceiling"].append(_show("raw client: strom bench consume", _strom_bench("consume", b, topic, total,
+                                                                                      size, cpu["ceiling"])))
+        rates["executor"].append(_show("executor work alone: fetch -> Arrow batches",
+                                       _timed(executor, cpu["executor"])))
+        rates["read"].append(_show("Spark local[2]: read -> noop", _timed(spark_read, cpu["read"])))
+        rates["stream"].append(_show("Spark local[2]: readStream availableNow -> noop",
+                                     _timed(spark_stream, cpu["stream"])))
 
-        spark = local_session("strom-spark-bench", "local[2]", **{"spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
+    data = (spark.range(total, numPartitions=2)
+            .select(F.col("id").cast("string").cast("binary").alias("key"),
+                    F.expr(f"CAST(repeat('x', {size}) AS BINARY)").alias("value"))
+            .cache())
+    data.count()
 
-        def spark_read(arrow_on: bool) -> Callable[[], int]:
-            def run() -> int:
-                df = (spark.read.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", topic)
-                      .option("arrow", str(arrow_on).lower()).load())
-                df.write.format("noop").mode("overwrite").save()
-                return total
-            return run
+    def sink() -> int:
+        (data.write.format("strom").mode("append").option("kafka.bootstrap.servers", b)
+         .option("topic", out_topic).save())
+        return total
 
-        spark_read(True)()  # warm-up: JVM and Python workers
-        for _ in range(2):
-            report("Spark local[2] read -> noop, Arrow batches", *_best(args.repeat, spark_read(True)))
-            report("Spark local[2] read -> noop, tuples (arrow=false)", *_best(args.repeat, spark_read(False)))
-        spark.stop()
-    best: dict[str, float] = {}
-    for name, s, n in results:
-        best[name] = max(best.get(name, 0.0), n / s)
-    for what, a, t in (
-            ("conversion only", "conversion only: records -> Arrow batches (strom.spark)",
-             "conversion only: records -> tuples -> Arrow (PySpark's)"),
-            ("executor", "executor: fetch + records -> Arrow batches", "executor: fetch + records -> tuples -> Arrow"),
-            ("through Spark", "Spark local[2] read -> noop, Arrow batches",
-             "Spark local[2] read -> noop, tuples (arrow=false)")):
-        if a in best and t in best:
-            print(f"Arrow / tuples, {what}: {best[a] / best[t]:.2f}x")
+    sink_rates: list[float] = []
+    for _ in range(repeat):
+        sink_rates.append(_show("Spark local[2]: DataFrame -> write.format(strom)", _timed(sink)))
+        produce.append(_show("strom bench produce", _strom_bench("produce", b, f"{topic}-produce",
+                                                                records, size)))
+    data.unpersist()
+
+    best = {k: max(v) for k, v in rates.items()}
+    ceiling = best["ceiling"]
+
+    def ratios(name: str) -> str:
+        per_round = [r / c for r, c in zip(rates[name], rates["ceiling"], strict=True)]
+        return (f"{best[name]:>12,.0f} records/s  best/best {best[name] / ceiling:.2f}x, "
+                f"per round {statistics.median(per_round):.2f}x median; {cpu_text(name)}")
+
+    def cpu_text(name: str) -> str:
+        return f"CPU {statistics.median(cpu[name]):.2f} us/record" if cpu[name] else "CPU not measured"
+
+    return [
+        f"{size} B values, {total:,} records, best of {repeat}:",
+        f"  raw client ceiling (strom bench consume)        {ceiling:>12,.0f} records/s  {cpu_text('ceiling')}",
+        f"  executor work alone (one process, in turn)      {ratios('executor')}",
+        f"  Spark local[2] read -> noop                     {ratios('read')}",
+        f"  Spark local[2] readStream availableNow -> noop  {ratios('stream')}",
+        f"  strom bench produce                             {max(produce):>12,.0f} records/s",
+        f"  Spark local[2] sink                             {max(sink_rates):>12,.0f} records/s  "
+        f"{max(sink_rates) / max(produce):.2f}x of strom bench produce",
+    ]
+
+
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin: Any = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=10).topics)
+    doomed = [t for t in topics if t in existing]
+    if doomed:
+        for f in admin.delete_topics(doomed).values():
+            f.result(30)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,12 @@ def producer_config(options: SinkOptions) -> dict[str, Any]:
     conf: dict[str, Any] = dict(options.client.client_config())
     conf.setdefault("enable.idempotence", True)   # a retried send is written once (Java's default)
     conf.setdefault("linger.ms", 5)
+    # librdkafka's local queue holds 100,000 records by default: a task producing small records
+    # filled it within a tenth of a second and then waited for deliveries. A deeper queue (bounded
+    # in bytes too) keeps batches of a megabyte going out.
+    conf.setdefault("queue.buffering.max.messages", 1_000_000)
+    conf.setdefault("queue.buffering.max.kbytes", 262_144)
+    conf.setdefault("batch.size", 1_000_000)
     conf["delivery.report.only.error"] = True
     return conf
 
@@ -101,15 +107,34 @@ def _produce_rows(options: SinkOptions, batches: Iterable[pa.RecordBatch], produ
                   first_topic: list[str] | None = None) -> int:
     """Hand every row to ``producer`` (not flushed); how many. ``first_topic`` gets the first row's topic."""
     count = 0
+    produce = producer.produce
     for batch in batches:
         n = batch.num_rows
         if n == 0:
             continue
         values = _column(batch, "value") or [None] * n
         keys = _column(batch, "key") or [None] * n
-        topics = [options.topic] * n if options.topic else (_column(batch, "topic") or [None] * n)
         partitions = _column(batch, "partition")
         headers = _column(batch, "headers") if options.include_headers is not False else None
+        if options.topic and partitions is None and headers is None:
+            # The common case, one topic and the producer's partitioner: nothing to look at per row
+            # but the key and value.
+            topic = options.topic
+            if first_topic is not None and not first_topic:
+                first_topic.append(topic)
+            for value, key in zip(values, keys, strict=True):
+                try:
+                    produce(topic, value, key)
+                except BufferError:
+                    _produce_when_room(producer, topic, value, key)
+                    if errors:  # deliveries are reported only while polling
+                        break
+            count += n
+            producer.poll(0)
+            if errors:
+                break
+            continue
+        topics = [options.topic] * n if options.topic else (_column(batch, "topic") or [None] * n)
         for i in range(n):
             topic = topics[i]
             if topic is None:
@@ -126,7 +151,7 @@ def _produce_rows(options: SinkOptions, batches: Iterable[pa.RecordBatch], produ
                     producer.produce(topic, value=values[i], key=keys[i], **kwargs)
                     break
                 except BufferError:
-                    producer.poll(0.05)  # the local queue is full: serve deliveries, then retry
+                    producer.poll(0.005)  # the local queue is full: serve deliveries, then retry
             if errors:
                 break
         count += n
@@ -134,6 +159,17 @@ def _produce_rows(options: SinkOptions, batches: Iterable[pa.RecordBatch], produ
         if errors:
             break
     return count
+
+
+def _produce_when_room(producer: Any, topic: str, value: Any, key: Any) -> None:
+    """produce() once the local queue has room again: deliveries are served meanwhile."""
+    while True:
+        producer.poll(0.005)
+        try:
+            producer.produce(topic, value, key)
+            return
+        except BufferError:
+            continue
 
 
 @dataclass(frozen=True)
