@@ -14,6 +14,7 @@ SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    "spark.python.worker.faulthandler.enabled": "true",  # a crashed Python worker shows its stack
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     # C1 only: the JVM starts and warms up faster; these tests move little data.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -Xss4m",

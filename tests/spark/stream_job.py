@@ -23,6 +23,7 @@ def main() -> int:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.showConsoleProgress": "false",
+        "spark.python.worker.faulthandler.enabled": "true",  # a crashed Python worker shows its stack
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     }
     if master.startswith("spark://"):
