@@ -13,6 +13,7 @@ from typing import Any
 from brokerproc import BrokerProcess, free_port
 from helpers import wait_until
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from strom.cluster import zk_layout as zl
 from strom.devcluster import ZooKeeperServer
@@ -120,7 +121,11 @@ class Cluster:
         return sorted(int(c) for c in self.zk.get_children(zl.BROKER_IDS))
 
     def controller(self) -> int:
-        data = self.zk.exists(zl.CONTROLLER) and self.zk.get(zl.CONTROLLER)[0]
+        """The controller's broker id, -1 while there is none (one get: the node may go between calls)."""
+        try:
+            data = self.zk.get(zl.CONTROLLER)[0]
+        except NoNodeError:
+            return -1
         return zl.decode_controller(data) if data else -1
 
     def state(self, topic: str, partition: int) -> zl.PartitionState | None:
