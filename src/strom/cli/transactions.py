@@ -93,18 +93,23 @@ def _coordinator(opts: ClientOptions, transactional_id: str) -> tuple[str, int]:
     return str(response.host), int(response.port)
 
 
-def _describe(opts: ClientOptions, transactional_id: str) -> Any:
+def _describe_at(host: str, port: int, opts: ClientOptions, transactional_id: str) -> Any:
+    """DescribeTransactions for one id, asked of the broker at host:port: its state entry."""
     from kio.schema.describe_transactions.v0 import request as req
     from kio.schema.types import TransactionalId
 
-    host, port = _coordinator(opts, transactional_id)
     conn = _connect(host, port, opts)
     try:
         response = conn.request(DESCRIBE_TRANSACTIONS, 0, req.DescribeTransactionsRequest(
             transactional_ids=(TransactionalId(transactional_id),)))
     finally:
         conn.close()
-    state = response.transaction_states[0]
+    return response.transaction_states[0]
+
+
+def _describe(opts: ClientOptions, transactional_id: str) -> Any:
+    host, port = _coordinator(opts, transactional_id)
+    state = _describe_at(host, port, opts, transactional_id)
     if int(state.error_code):
         raise Failure(f"{transactional_id}: {_error_name(int(state.error_code))}")
     return state
@@ -185,19 +190,10 @@ def _transactional_ids(client: ClientOptions, md: Any, producer_ids: set[int]) -
 def _is_hanging(client: ClientOptions, candidate: dict[str, Any], owner: tuple[str, str, int] | None) -> bool:
     """Kafka's rule: hanging when no coordinator knows the producer id, or its transactional id has
     no open transaction holding this partition."""
-    from kio.schema.describe_transactions.v0 import request as req
-    from kio.schema.types import TransactionalId
-
     if owner is None:
         return True
     txn_id, host, port = owner
-    conn = _connect(host, port, client)
-    try:
-        response = conn.request(DESCRIBE_TRANSACTIONS, 0, req.DescribeTransactionsRequest(
-            transactional_ids=(TransactionalId(txn_id),)))
-    finally:
-        conn.close()
-    s = response.transaction_states[0]
+    s = _describe_at(host, port, client, txn_id)
     if int(s.error_code) or int(s.producer_id) != candidate["producer_id"] or str(s.transaction_state) not in \
             _OPEN_STATES:
         return True
