@@ -10,6 +10,7 @@ go to a thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -112,7 +113,7 @@ class TopicManager:
             raise TopicError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if replication_factor <= 0:
             raise TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        brokers = len(self.broker.cluster.store.brokers) if self.broker.cluster is not None else 1
+        brokers = self._broker_count(replication_factor)
         if replication_factor > brokers:
             raise TopicError(INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {replication_factor} larger than available brokers: {brokers}.")
@@ -120,6 +121,18 @@ class TopicManager:
             validate_topic_configs(configs)
         except ConfigError as e:
             raise TopicError(INVALID_CONFIG, str(e)) from None
+
+    def _broker_count(self, wanted: int) -> int:
+        """How many brokers a new topic can use: ZooKeeper's own list when the watched view is short
+        of ``wanted`` (a broker that just registered), so the answer is never a stale refusal."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return 1
+        count = len(cluster.store.brokers)
+        if count < wanted:
+            with contextlib.suppress(ZooKeeperUnavailable):
+                count = len(cluster.store.live_brokers_in_zookeeper())
+        return count
 
     def _resolve(self, partitions: int | None, replication_factor: int | None,
                  configs: dict[str, str] | None) -> tuple[int, int, dict[str, str]]:
@@ -172,6 +185,9 @@ class TopicManager:
         distinct, registered brokers for each (Kafka's INVALID_REPLICA_ASSIGNMENT otherwise)."""
         cluster = self.broker.cluster
         known = set(cluster.store.brokers) if cluster is not None else {self.broker.config.broker_id}
+        if cluster is not None and not known.issuperset(b for bs in assignment.values() for b in bs):
+            with contextlib.suppress(ZooKeeperUnavailable):  # a broker that registered a moment ago
+                known = set(cluster.store.live_brokers_in_zookeeper())
         if sorted(assignment) != list(range(len(assignment))):
             raise TopicError(INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered 0 to n-1 in the assignment.")
         for p, brokers in assignment.items():
@@ -199,9 +215,11 @@ class TopicManager:
         assert self.broker.cluster is not None
         store = self.broker.cluster.store
         try:
-            replicas = assignment or assign_replicas(store.live_brokers(), partitions, rf)
+            replicas = assignment or assign_replicas(store.live_brokers_in_zookeeper(), partitions, rf)
         except AssignmentError as e:
             raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
+        except ZooKeeperUnavailable as e:  # retriable: the client tries again
+            raise TopicError(REQUEST_TIMED_OUT, f"Could not create '{name}': {e}") from None
         try:
             store.create_topic_assignment(name, topic_id, replicas, configs)
         except Exception as e:  # NodeExists: another broker created it first
@@ -288,10 +306,12 @@ class TopicManager:
         current = store.assignments.get(topic.name)
         rf = len(next(iter(current.replicas.values()))) if current and current.replicas else 1
         try:
-            replicas = assign_replicas(store.live_brokers(), total - topic.partitions, rf,
-                                       first_partition=topic.partitions)
+            brokers = await store.run(store.live_brokers_in_zookeeper)
+            replicas = assign_replicas(brokers, total - topic.partitions, rf, first_partition=topic.partitions)
         except AssignmentError as e:
             raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
+        except ZooKeeperUnavailable as e:
+            raise TopicError(REQUEST_TIMED_OUT, f"Could not add partitions to '{topic.name}': {e}") from None
         await store.run(store.add_partitions, topic.name, replicas)
         await self.wait_for_leaders(topic.name, range(topic.partitions, total))
         log.info("topic %s now has %d partitions", topic.name, total)

@@ -180,7 +180,7 @@ class ZkMetadataStore(TopicLookups):
 
     # ---- watches (kazoo's thread) ------------------------------------------------------------
 
-    def _brokers_changed(self, children: list[str]) -> None:
+    def _registrations(self, children: list[str]) -> dict[int, BrokerRegistration]:
         regs: dict[int, BrokerRegistration] = {}
         for child in children:
             try:
@@ -188,6 +188,10 @@ class ZkMetadataStore(TopicLookups):
             except NoNodeError:
                 continue
             regs[int(child)] = zl.decode_broker(int(child), data, stat.czxid)
+        return regs
+
+    def _brokers_changed(self, children: list[str]) -> None:
+        regs = self._registrations(children)
 
         def update() -> None:
             now = time.monotonic()
@@ -348,6 +352,12 @@ class ZkMetadataStore(TopicLookups):
 
     def live_brokers(self) -> dict[int, str | None]:
         return {b: r.rack for b, r in self.brokers.items()}
+
+    def live_brokers_in_zookeeper(self) -> dict[int, str | None]:
+        """The registered brokers read from ZooKeeper itself, as Kafka's topic creation reads them:
+        the watch may not yet have delivered a broker that registered a moment ago."""
+        self._require_connection()
+        return {b: r.rack for b, r in self._registrations(self.zk.get_children(zl.BROKER_IDS)).items()}
 
     def state(self, topic: str, partition: int) -> PartitionState | None:
         return self.states.get((topic, partition))
