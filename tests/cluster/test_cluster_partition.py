@@ -322,6 +322,24 @@ def test_admin_requests_fail_fast_while_cut_from_zookeeper(cluster: Cluster, net
                 return answers[-1] == REQUEST_TIMED_OUT
 
             wait_until(refused_at_once, 15, interval=0.2, what="CreateTopics refused while cut from ZooKeeper")
+            # Quotas and SCRAM credentials live in ZooKeeper too: refused at once, never held.
+            quotas = request_class("alter_client_quotas", 1, "AlterClientQuotasRequest")
+            q = "kio.schema.alter_client_quotas.v1.request"
+            entity, entry, op = (getattr(__import__(q, fromlist=["x"]), n) for n in ("EntityData", "EntryData", "OpData"))
+            scram = __import__("kio.schema.alter_user_scram_credentials.v0.request", fromlist=["x"])
+            for api_key, version, body, codes in (
+                    (49, 1, quotas(entries=(entry(entity=(entity(entity_type="user", entity_name="zk-cut"),),
+                                                  ops=(op(key="producer_byte_rate", value=1e6, remove=False),)),),
+                                   validate_only=False),
+                     lambda r: [e.error_code for e in r.entries]),
+                    (51, 0, scram.AlterUserScramCredentialsRequest(deletions=(), upsertions=(
+                        scram.ScramCredentialUpsertion(name="zk-cut", mechanism=1, iterations=4096, salt=b"s" * 16,
+                                                       salted_password=b"p" * 32),)),
+                     lambda r: [e.error_code for e in r.results])):
+                started = time.monotonic()
+                errors = codes(conn.request(api_key, version, body))
+                assert time.monotonic() - started < 2.0, (api_key, time.monotonic() - started)
+                assert errors and all(errors), (api_key, errors)
             started = time.monotonic()
             assert conn.produce(topic, 0, values_batch([b"during the cut"]), acks=1).error_code == 0
             assert time.monotonic() - started < 2.0

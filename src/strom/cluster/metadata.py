@@ -13,7 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -23,6 +23,14 @@ METADATA_FILE = "strom-cluster-metadata.json"
 
 class ZooKeeperUnavailable(RuntimeError):
     """No ZooKeeper connection for a write (defined here, without kazoo, for single-broker imports)."""
+
+
+def require_connected(zk: Any, where: str) -> None:
+    """Raise ZooKeeperUnavailable now when the kazoo client ``zk`` has no connection: kazoo would
+    otherwise hold the write (and the thread or event loop running it) until one comes back."""
+    if not zk.connected:
+        raise ZooKeeperUnavailable(f"no connection to ZooKeeper at {where}")
+
 
 class InvalidTopicName(ValueError):
     pass

@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from strom.cluster import zk_layout as zl
+from strom.cluster.metadata import require_connected
 from strom.security.credentials import Credentials
 from strom.security.scram import MECHANISMS, ScramCredential
 
@@ -69,6 +70,7 @@ class ZkCredentialStore:
     def alter(self, upserts: Iterable[tuple[str, str, ScramCredential]], deletions: Iterable[tuple[str, str]]) -> None:
         """Blocking: each user's node is rewritten (compare-and-set on its version, so a concurrent
         change is not lost), other keys in it (quotas) kept, then the change is announced."""
+        require_connected(self.zk, self.zk.hosts)
         changes: dict[str, list[tuple[str, ScramCredential | None]]] = {}
         for user, mechanism in deletions:
             changes.setdefault(user, []).append((mechanism, None))

@@ -27,7 +27,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from strom.cluster import zk_layout as zl
-from strom.cluster.metadata import TopicInfo, TopicLookups, ZooKeeperUnavailable, _new_cluster_id
+from strom.cluster.metadata import (
+    TopicInfo,
+    TopicLookups,
+    ZooKeeperUnavailable,
+    _new_cluster_id,
+    require_connected,
+)
 from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAssignment
 
 log = logging.getLogger("strom.cluster")
@@ -367,8 +373,7 @@ class ZkMetadataStore(TopicLookups):
     def _require_connection(self) -> None:
         """Called before the writes that run on the event loop (admin requests): without a ZooKeeper
         connection kazoo would hold the call, and the whole broker with it, until one comes back."""
-        if not self.zk.connected:
-            raise ZooKeeperUnavailable(f"no connection to ZooKeeper at {self.connect_string}")
+        require_connected(self.zk, self.connect_string)
 
     def create_topic_assignment(self, name: str, topic_id: uuid.UUID, replicas: dict[int, list[int]],
                                 configs: dict[str, str]) -> None:

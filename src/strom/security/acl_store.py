@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from strom.cluster.metadata import atomic_write
+from strom.cluster.metadata import atomic_write, require_connected
 from strom.security.acl import AclBinding, AclOperation, AclPermission, InvalidAcl, PatternType, ResourceType
 
 log = logging.getLogger("strom.security")
@@ -146,6 +146,7 @@ class ZkAclStore:
     def _change(self, bindings: Iterable[AclBinding], adding: bool) -> None:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+        require_connected(self.zk, self.zk.hosts)
         by_resource: dict[tuple[ResourceType, str, PatternType], set[AclBinding]] = {}
         for b in bindings:
             if "/" in b.resource_name:  # the name is a znode's name

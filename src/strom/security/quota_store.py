@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from strom.cluster.metadata import atomic_write
+from strom.cluster.metadata import atomic_write, require_connected
 from strom.cluster.zk_layout import desanitize, sanitize
 from strom.security.quotas import QUOTA_KEYS, QuotaEntity
 
@@ -114,6 +114,7 @@ class ZkQuotaStore:
     def alter(self, changes: Iterable[Change]) -> None:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+        require_connected(self.zk, self.zk.hosts)
         for entity, change in changes:
             path = "/config/" + entity_path(entity)
             while True:  # read-modify-write of the quota keys, compare-and-set on the version

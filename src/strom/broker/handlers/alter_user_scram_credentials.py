@@ -22,6 +22,7 @@ _one_at_a_time = asyncio.Lock()  # each change reads what the one before wrote
 
 
 CLUSTER_AUTHORIZATION_FAILED = 31
+UNKNOWN_SERVER_ERROR = -1
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -33,6 +34,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     async with _one_at_a_time:
         change = scram_admin.alter(list(request.deletions), list(request.upsertions), broker.credentials.all())
         if change.upserts or change.deletions:
-            await asyncio.get_running_loop().run_in_executor(None, broker.credentials.alter, change.upserts,
-                                                             change.deletions)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, broker.credentials.alter, change.upserts,
+                                                                 change.deletions)
+            except Exception as e:  # the store could not be written (ZooKeeper away, disk)
+                return {"throttle_time": 0, "results": [
+                    {"user": r["user"], "error_code": r["error_code"] or UNKNOWN_SERVER_ERROR,
+                     "error_message": r["error_message"] if r["error_code"] else f"credentials not stored: {e}"}
+                    for r in change.results]}
     return {"throttle_time": 0, "results": change.results}
