@@ -158,3 +158,35 @@ def test_a_consumer_over_its_quota_is_held_to_it(quota_broker: BrokerProcess) ->
     finally:
         c.close()
         ok("quotas", "alter", "--client-id", "slow-reader", "--delete-config", "consumer_byte_rate", *b)
+
+
+def test_idle_clients_buckets_are_forgotten(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Under a default client-id quota every client id gets its own bucket; once a client has been
+    idle long enough for its bucket to refill, the bucket goes (it equals a new one), so a stream
+    of short-lived client ids does not grow the broker's memory without end. Active ones stay."""
+    from types import SimpleNamespace
+
+    from strom.broker.context import RequestContext
+    from strom.broker.quota_manager import PRODUCE, SWEEP_EVERY_S, QuotaManager
+    from strom.config import BrokerConfig
+    from strom.security.quotas import DEFAULT, PRODUCER_BYTE_RATE, QuotaEntity
+
+    config = BrokerConfig.load(None, [f"log.dirs={tmp_path}", "quota.window.num=3", "quota.window.size.seconds=1"])
+    manager = QuotaManager(SimpleNamespace(config=config, cluster=None, spawn=None))  # type: ignore[arg-type]
+    manager.quotas = {QuotaEntity(None, DEFAULT): {PRODUCER_BYTE_RATE: 1000.0}}  # every client id: 1000 B/s
+
+    def produce(client_id: str, size: int, now: float) -> int:
+        ctx = RequestContext(api_key=PRODUCE, api_version=9, correlation_id=0, client_id=client_id,
+                             client_host="127.0.0.1", connection_id=0, size=size)
+        return manager.throttle(ctx, 0, 0.0, now)
+
+    for i in range(500):
+        assert produce(f"short-lived-{i}", 100, now=1.0) == 0
+    assert produce("busy", 5000, now=1.0) > 0  # 3 s behind its quota
+    assert len(manager._buckets) == 501
+    later = 1.0 + SWEEP_EVERY_S + 1
+    assert produce("busy", 100_000, now=later - 0.5) > 0  # busy again: 100 s in debt
+    (busy,) = [b for (_, e), b in manager._buckets.items() if e.client_id == "busy"]
+    assert produce("busy", 1, now=later) > 0  # the sweep runs here
+    assert [e.client_id for _, e in manager._buckets] == ["busy"]
+    assert next(iter(manager._buckets.values())) is busy  # its debt kept, not a fresh bucket

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.quotas")
 
 PRODUCE, FETCH = 0, 1
+SWEEP_EVERY_S = 60.0  # how often buckets of idle clients are dropped (each client id may have its own)
 
 
 class QuotaManager:
@@ -42,6 +43,7 @@ class QuotaManager:
         self.max_throttle_ms = self.samples * self.window_s * 1000
         self.quotas: dict[QuotaEntity, dict[str, float]] = {}
         self._buckets: dict[tuple[str, QuotaEntity], QuotaBucket] = {}
+        self._next_sweep = 0.0
         self.store: QuotaStore = (ZkQuotaStore(broker.cluster.store.zk) if broker.cluster is not None
                                   else LocalQuotaStore(list(cfg.log_dirs)[0]))
         self._reloader = Reloader("client quotas", self.store.load, self._apply, broker.spawn)
@@ -79,6 +81,12 @@ class QuotaManager:
         # request_percentage: the share of one handler thread, as milliseconds per second / 10.
         return max(delay, self._record(REQUEST_PERCENTAGE, user, client_id, handler_s * 1000, 10.0, now))
 
+    def _sweep(self, now: float) -> None:
+        """Drop the buckets that have filled up again: a new one would be the same."""
+        self._next_sweep = now + SWEEP_EVERY_S
+        for k in [k for k, b in self._buckets.items() if b.full_at() <= now]:
+            del self._buckets[k]
+
     def fetch_cap(self, ctx: RequestContext) -> int | None:
         """The most a consumer under a byte-rate quota may be sent in one Fetch: one window of its
         quota, as Kafka caps it (a larger answer would only be throttled away)."""
@@ -91,6 +99,8 @@ class QuotaManager:
             return 0
         entity, bound = found
         rate = bound * unit
+        if now >= self._next_sweep:
+            self._sweep(now)
         bucket = self._buckets.get((key, entity))
         if bucket is None or bucket.rate != rate:  # new, or its quota changed
             bucket = self._buckets[(key, entity)] = QuotaBucket(rate, rate * self.burst_s, now)

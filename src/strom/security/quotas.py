@@ -108,6 +108,11 @@ class QuotaBucket:
         self.tokens = burst
         self.last = now
 
+    def full_at(self) -> float:
+        """When the bucket is full again if nothing more is taken: from then on it is the same as a
+        new one, so a client gone idle can be forgotten."""
+        return self.last + (self.burst - self.tokens) / self.rate
+
     def take(self, value: float, now: float) -> float:
         """Record ``value``; the seconds the client must now wait (0: it is within its quota)."""
         self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate) - value
