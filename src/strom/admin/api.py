@@ -18,7 +18,9 @@ GET  /api/topics/{topic}/producers          each partition's producers (Describe
 from __future__ import annotations
 
 import datetime
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -76,6 +78,30 @@ def _require_ready(broker: Broker) -> web.Response | None:
     return None if ready else _error(503, f"broker not ready: {reason}")
 
 
+Handler = Callable[[web.Request, "Broker"], Awaitable[web.StreamResponse]]
+
+
+def endpoint(*, ready: bool = True, acl: tuple[AclOperation, ResourceType, str | None] | None = None
+             ) -> Callable[[Handler], Callable[[web.Request], Awaitable[web.StreamResponse]]]:
+    """The checks a REST handler starts with: 503 while the broker is not ready (unless ``ready`` is
+    false), then 403 unless the caller may do ``acl``'s operation on the resource the path's
+    ``{match}`` names (the cluster when the match is None). The handler gets the broker as well."""
+    def wrap(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        @functools.wraps(fn)
+        async def handler(request: web.Request) -> web.StreamResponse:
+            broker = _broker(request)
+            if ready and (refused := _require_ready(broker)) is not None:
+                return refused
+            if acl is not None:
+                operation, resource_type, match = acl
+                name = CLUSTER_NAME if match is None else request.match_info[match]
+                if (refused := _refused(request, operation, resource_type, name)) is not None:
+                    return refused
+            return await fn(request, broker)
+        return handler
+    return wrap
+
+
 def _int_arg(request: web.Request, name: str, default: int | None = None) -> int | None:
     raw = request.query.get(name, "").strip()
     if not raw:
@@ -98,44 +124,33 @@ def parse_timestamp(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-async def overview(request: web.Request) -> web.Response:
-    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)) is not None:
-        return refused
-    return web.json_response(snapshot.overview(_broker(request), request.app[HISTORY_KEY]))
+@endpoint(ready=False, acl=(AclOperation.DESCRIBE, ResourceType.CLUSTER, None))
+async def overview(request: web.Request, broker: Broker) -> web.StreamResponse:
+    return web.json_response(snapshot.overview(broker, request.app[HISTORY_KEY]))
 
 
-async def cluster(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)) is not None:
-        return refused
-    return _require_ready(broker) or web.json_response(snapshot.cluster_view(broker))
+@endpoint(acl=(AclOperation.DESCRIBE, ResourceType.CLUSTER, None))
+async def cluster(request: web.Request, broker: Broker) -> web.StreamResponse:
+    return web.json_response(snapshot.cluster_view(broker))
 
 
-async def list_topics(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint()
+async def list_topics(request: web.Request, broker: Broker) -> web.StreamResponse:
     topics = snapshot.topics_view(broker)
     shown = _visible(request, ResourceType.TOPIC, [t["name"] for t in topics])
     return web.json_response({"topics": [t for t in topics if t["name"] in shown]})
 
 
-async def get_topic(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
-    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.TOPIC, request.match_info["topic"])):
-        return refused
+@endpoint(acl=(AclOperation.DESCRIBE, ResourceType.TOPIC, "topic"))
+async def get_topic(request: web.Request, broker: Broker) -> web.StreamResponse:
     view = snapshot.topic_view(broker, request.match_info["topic"], with_partitions=True)
     if view is None:
         return _error(404, f"topic '{request.match_info['topic']}' does not exist", 3)
     return web.json_response(view)
 
 
-async def create_topic(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint()
+async def create_topic(request: web.Request, broker: Broker) -> web.StreamResponse:
     try:
         body = await request.json()
     except ValueError:
@@ -164,13 +179,9 @@ async def create_topic(request: web.Request) -> web.Response:
     return web.json_response(snapshot.topic_view(broker, body["name"], with_partitions=True), status=201)
 
 
-async def delete_topic(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint(acl=(AclOperation.DELETE, ResourceType.TOPIC, "topic"))
+async def delete_topic(request: web.Request, broker: Broker) -> web.StreamResponse:
     name = request.match_info["topic"]
-    if (refused := _refused(request, AclOperation.DELETE, ResourceType.TOPIC, name)) is not None:
-        return refused
     if not broker.config.delete_topic_enable:
         return _error(403, "delete.topic.enable is false", 73)
     info = broker.metadata.get_topic(name)
@@ -183,13 +194,9 @@ async def delete_topic(request: web.Request) -> web.Response:
     return web.json_response({"deleted": name})
 
 
-async def messages(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint(acl=(AclOperation.READ, ResourceType.TOPIC, "topic"))
+async def messages(request: web.Request, broker: Broker) -> web.StreamResponse:
     topic = request.match_info["topic"]
-    if (refused := _refused(request, AclOperation.READ, ResourceType.TOPIC, topic)) is not None:
-        return refused
     partition = _int_arg(request, "partition") or 0
     plog = broker.log_manager.get_log(topic, partition)
     if plog is None:
@@ -208,10 +215,8 @@ async def messages(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
-async def list_groups(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint()
+async def list_groups(request: web.Request, broker: Broker) -> web.StreamResponse:
     out = []
     groups = snapshot.list_groups(broker)
     shown = _visible(request, ResourceType.GROUP, [g.group_id for g in groups])
@@ -224,12 +229,8 @@ async def list_groups(request: web.Request) -> web.Response:
     return web.json_response({"groups": out})
 
 
-async def get_group(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
-    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.GROUP, request.match_info["group"])):
-        return refused
+@endpoint(acl=(AclOperation.DESCRIBE, ResourceType.GROUP, "group"))
+async def get_group(request: web.Request, broker: Broker) -> web.StreamResponse:
     view = snapshot.group_view(broker, request.match_info["group"], detail=True)
     if view is None:
         return _error(404, f"group '{request.match_info['group']}' does not exist", 69)
@@ -240,12 +241,10 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def list_transactions(request: web.Request) -> web.Response:
+@endpoint()
+async def list_transactions(request: web.Request, broker: Broker) -> web.StreamResponse:
     """As ListTransactions (ids the principal may DESCRIBE) plus hanging transactions on topics it
     may READ (what DescribeProducers needs, which kafka-transactions.sh find-hanging uses)."""
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
     now = _now_ms()
     txns = snapshot.transactions(broker, now)
     shown = _visible(request, ResourceType.TRANSACTIONAL_ID, [t["transactional_id"] for t in txns])
@@ -267,26 +266,18 @@ async def list_transactions(request: web.Request) -> web.Response:
     })
 
 
-async def get_transaction(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint(acl=(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "transactional_id"))
+async def get_transaction(request: web.Request, broker: Broker) -> web.StreamResponse:
     txn_id = request.match_info["transactional_id"]
-    if (refused := _refused(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id)) is not None:
-        return refused
     view = snapshot.transaction(broker, txn_id, _now_ms())
     if view is None:
         return _error(404, f"transactional id '{txn_id}' is not coordinated here or does not exist", 105)
     return web.json_response(view)
 
 
-async def topic_producers(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    if (refused := _require_ready(broker)) is not None:
-        return refused
+@endpoint(acl=(AclOperation.READ, ResourceType.TOPIC, "topic"))
+async def topic_producers(request: web.Request, broker: Broker) -> web.StreamResponse:
     topic = request.match_info["topic"]
-    if (refused := _refused(request, AclOperation.READ, ResourceType.TOPIC, topic)) is not None:
-        return refused
     partitions = snapshot.producers_view(broker, topic)
     if partitions is None:
         return _error(404, f"topic '{topic}' does not exist", 3)
