@@ -25,7 +25,7 @@ from strom.cli.common import (
     connection_options,
     raw_security,
 )
-from strom.cli.raw_connection import RawConnection
+from strom.client.raw_connection import RawConnection
 from strom.cli.reassign import _error_name
 
 FIND_COORDINATOR = 10
