@@ -307,3 +307,27 @@ def test_kernel_matches_the_python_decoder_on_valid_input() -> None:
         got = list(zip(offset.to_pylist(), key.to_pylist(), value.to_pylist(),
                        ts.cast(pa.int64()).to_pylist(), strict=True))
         assert got == [(r.offset, r.key, r.value, r.timestamp * 1000) for r in want]
+
+
+def test_no_writable_numba_cache_directory_is_not_an_error() -> None:
+    """Where numba finds no directory to cache in (a read-only install, no writable home), the
+    decoder is still defined: cached under the temporary directory, or not cached at all."""
+    import os
+    import subprocess
+    import sys
+
+    code = """if True:
+        import sys
+        import numba.core.caching as caching
+        # numba's own places refused; NUMBA_CACHE_DIR (empty here) is the only one left, or none
+        caching.CacheImpl._locator_classes = [caching.UserProvidedCacheLocator] if sys.argv[1] == "tmp" else []
+        from strom.spark import decode
+        print(type(decode.decode_batches._cache).__name__, decode.numba.config.CACHE_DIR)
+    """
+    for case, want in (("tmp", "FunctionCache"), ("none", "NullCache")):
+        out = subprocess.run([sys.executable, "-c", code, case], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "NUMBA_CACHE_DIR": ""})
+        assert out.returncode == 0, out.stderr
+        kind, _, where = out.stdout.strip().partition(" ")
+        assert kind == want, out.stdout
+        assert "strom-numba-cache-" in where

@@ -18,22 +18,46 @@ sense give the status CORRUPT, never a read or a write out of bounds.
 The batch CRC-32C is not checked, as librdkafka does not check it by default (check.crcs=false) and
 the consumer path does not either; the broker checked it when the batch was produced.
 
-numba compiles the loops on first use (cache=True keeps the machine code on disk: in
-__pycache__ beside this file, or numba's user cache directory where that is not writable, or
-NUMBA_CACHE_DIR). Importing this module compiles nothing; nothing imports it before a task uses
-the direct reader.
+numba compiles the loops on first use, in a few seconds, and keeps the machine code on disk for the
+next process: in NUMBA_CACHE_DIR when set, else in __pycache__ beside this file, else (a read-only
+install) in numba's user cache directory, else in a directory of the system's temporary one; where
+none can be written, each process compiles again. Importing this module compiles nothing; nothing
+imports it before a task uses the direct reader.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numba
 import numpy as np
-from numba import njit
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+def njit(**options: Any) -> Callable[[Any], Any]:
+    """numba.njit(cache=True, nogil=True, ...) that still works where numba finds no writable cache
+    directory (it raises RuntimeError when the function is decorated): then a directory under the
+    system's temporary one, then no cache at all."""
+    def decorate(fn: Any) -> Any:
+        try:
+            return numba.njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError:
+            pass
+        config: Any = numba.config
+        if not config.CACHE_DIR:
+            config.CACHE_DIR = os.path.join(tempfile.gettempdir(), f"strom-numba-cache-{os.getuid()}")
+            try:
+                return numba.njit(cache=True, nogil=True, **options)(fn)
+            except RuntimeError:
+                pass
+        return numba.njit(cache=False, nogil=True, **options)(fn)
+    return decorate
 
 COMPRESSION_MASK = 0x07
 LOG_APPEND_TIME = 0x08
@@ -61,7 +85,7 @@ ABORTED_NEXT = 7  # aborted transactions whose first offset has been reached
 STATE_SLOTS = 8
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _be(buf: Any, p: Any, n: Any) -> Any:
     """An unsigned big-endian integer of n bytes at p (the caller checked p + n <= len)."""
     v = np.uint64(0)
@@ -70,7 +94,7 @@ def _be(buf: Any, p: Any, n: Any) -> Any:
     return v
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _varint(buf: Any, p: Any, end: Any) -> Any:
     """The zigzag varint (or varlong) at p: (value, next position); next position -1 when it runs
     past end or over 10 bytes."""
@@ -88,7 +112,7 @@ def _varint(buf: Any, p: Any, end: Any) -> Any:
     return np.int64(r >> np.uint64(1)) ^ -np.int64(r & np.uint64(1)), p
 
 
-@njit(cache=True, nogil=True)
+@njit()
 def scan_batches(buf: Any, pos: Any, end: Any) -> Any:
     """The whole batches in buf[pos:end]: (records they declare, bytes they span, their next offset
     or -1 when there is none)."""
@@ -107,7 +131,7 @@ def scan_batches(buf: Any, pos: Any, end: Any) -> Any:
     return records, p - pos, next_offset
 
 
-@njit(cache=True, nogil=True)
+@njit()
 def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, base_ts: Any, ts_override: Any,
                    ts_type: Any, from_offset: Any, until_offset: Any, out_offset: Any, out_ts: Any, out_ts_type: Any,
                    key_ofs: Any, key_data: Any, key_valid: Any, val_ofs: Any, val_data: Any, val_valid: Any,
@@ -195,7 +219,7 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
     return status
 
 
-@njit(cache=True, nogil=True)
+@njit()
 def _is_abort_marker(buf: Any, p: Any, end: Any) -> bool:
     """Whether the control batch whose records start at p holds an ABORT marker (its first record's
     key: version int16, type int16, 0 being ABORT)."""
@@ -216,7 +240,7 @@ def _is_abort_marker(buf: Any, p: Any, end: Any) -> bool:
     return _be(buf, p + 2, 2) == 0
 
 
-@njit(cache=True, nogil=True)
+@njit()
 def decode_batches(buf: Any, pos: Any, end: Any, from_offset: Any, until_offset: Any, read_committed: Any,
                    aborted_pid: Any, aborted_first: Any, aborted_active: Any, out_offset: Any, out_ts: Any,
                    out_ts_type: Any, key_ofs: Any, key_data: Any, key_valid: Any, val_ofs: Any, val_data: Any,
