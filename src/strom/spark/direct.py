@@ -268,8 +268,9 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
     if r.until_offset <= r.from_offset:
         return
     schema = arrow_schema(False)
-    topic_scalar = pa.scalar(r.topic, pa.string())
-    partition_scalar = pa.scalar(r.partition, pa.int32())
+    # The constant columns, made once and sliced for each batch.
+    topics = pa.repeat(pa.scalar(r.topic, pa.string()), batch_rows)
+    partitions = pa.repeat(pa.scalar(r.partition, pa.int32()), batch_rows)
     name = f"{r.topic}-{r.partition}"
     fail = options.fail_on_data_loss
     timeout_s = options.poll_timeout_ms / 1000.0
@@ -372,8 +373,8 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
                 for i in range(0, n, batch_rows):
                     k = min(batch_rows, n - i)
                     yield pa.RecordBatch.from_arrays(
-                        [key.slice(i, k), value.slice(i, k), pa.repeat(topic_scalar, k),
-                         pa.repeat(partition_scalar, k), offset.slice(i, k), ts.slice(i, k), ts_type.slice(i, k)],
+                        [key.slice(i, k), value.slice(i, k), topics.slice(0, k), partitions.slice(0, k),
+                         offset.slice(i, k), ts.slice(i, k), ts_type.slice(i, k)],
                         schema=schema)
             if status == dec.UNTIL:
                 return
