@@ -49,7 +49,7 @@ def _both(b: str, topic: str, start: int, until: int, partition: int = 0, **extr
     """The range read by both readers: the direct reader's table, checked equal to the consumer's."""
     opts = _options(b, topic, **extra)
     r = OffsetRange(topic, partition, start, until)
-    schema = fetch.arrow_schema(False)
+    schema = fetch.arrow_schema(opts.include_headers)
     direct_batches = list(direct.read_range(opts, r))
     assert all(0 < batch.num_rows <= fetch.BATCH_ROWS for batch in direct_batches)
     got = pa.Table.from_batches(direct_batches, schema)
@@ -60,6 +60,19 @@ def _both(b: str, topic: str, start: int, until: int, partition: int = 0, **extr
     return got
 
 
+def _headers(j: int) -> list[tuple[str, bytes | None]] | None:
+    kind = j % 5
+    if kind == 0:
+        return None
+    if kind == 1:
+        return [("trace", f"t{j}".encode())]
+    if kind == 2:
+        return [("dup", b"1"), ("dup", b"2"), ("empty", b""), ("null", None)]
+    if kind == 3:
+        return [("", b"x" * (j % 50)), ("caf\u00e9", None)]
+    return []
+
+
 def _records(n: int, topic: str, seed: int = 0) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
@@ -67,7 +80,7 @@ def _records(n: int, topic: str, seed: int = 0) -> list[dict[str, Any]]:
         out.append({"topic": topic, "partition": 0,
                     "key": None if j % 7 == 0 else f"key-{j}".encode(),
                     "value": None if j % 11 == 0 else (b"" if j % 13 == 0 else bytes([j % 251]) * (j % 300)),
-                    "timestamp": NOW_MS + j * 3})
+                    "timestamp": NOW_MS + j * 3, "headers": _headers(j)})
     return out
 
 
@@ -80,6 +93,9 @@ def test_plain_and_null_records_whole_and_mid_batch_ranges(broker: BrokerProcess
     assert t.column("key").null_count > 0 and t.column("value").null_count > 0
     _both(b, "d-plain", 17, 2951)      # both ends inside batches
     _both(b, "d-plain", 1234, 1235)    # one record
+    t = _both(b, "d-plain", 17, 2951, includeHeaders="true")
+    assert t.column("headers").null_count > 0 and [("dup", b"1"), ("dup", b"2"), ("empty", b""), ("null", None)] in [
+        [(h["key"], h["value"]) for h in hs] for hs in t.column("headers").to_pylist() if hs]
     # LogAppendTime: every record carries its batch's max timestamp, type 1.
     create_topic(b, "d-append", 1, {"message.timestamp.type": "LogAppendTime"})
     produce(b, _records(500, "d-append"), **{"linger.ms": 20})
@@ -104,7 +120,7 @@ def test_compressed(broker: BrokerProcess, codec: str) -> None:
     produce(b, _records(2000, topic, seed=5), **{"compression.type": codec, "linger.ms": 20,
                                                  "batch.num.messages": 250})
     _both(b, topic, 0, 2000)
-    _both(b, topic, 101, 1899)
+    _both(b, topic, 101, 1899, includeHeaders="true")
 
 
 def test_compacted_topic_with_gaps(broker: BrokerProcess) -> None:
@@ -119,11 +135,13 @@ def test_compacted_topic_with_gaps(broker: BrokerProcess) -> None:
     time.sleep(1.2)  # past segment.ms: the next record rolls the segment, the rest can be cleaned
     produce(b, [{"topic": "d-compact", "partition": 0, "key": b"end", "value": b"end"}])
 
-    def compacted() -> bool:
-        return _both(b, "d-compact", 0, 601).num_rows < 100
+    def compacted() -> bool:  # to the end: the latest of each key and the sentinel (the readers must
+        opts = _options(b, "d-compact")  # not see the cleaner at work between them)
+        return sum(x.num_rows for x in direct.read_range(opts, OffsetRange("d-compact", 0, 0, 601))) == 21
 
     wait_until(compacted, 40, interval=0.5, what="d-compact to be compacted")
     t = _both(b, "d-compact", 0, 601)
+    assert t.column("value").to_pylist()[:20] == [b"v%04d" % i for i in range(580, 600)]
     assert t.column("offset").to_pylist()[-1] == 600
     _both(b, "d-compact", 3, 599)
 
@@ -214,11 +232,9 @@ def test_reader_option_and_fallbacks(broker: BrokerProcess) -> None:
     assert direct.use_direct(_options(b, "t"))  # auto, numba here, nothing against it
     assert not direct.use_direct(_options(b, "t", reader="consumer"))
     assert direct.use_direct(_options(b, "t", reader="direct"))
-    # Headers are not decoded by the direct reader: auto falls back, direct is refused.
-    assert not direct.use_direct(_options(b, "t", includeHeaders="true"))
-    with pytest.raises(OptionError, match="includeHeaders"):
-        _options(b, "t", includeHeaders="true", reader="direct")
-    # A client option the direct reader does not honour: the same.
+    assert direct.use_direct(_options(b, "t", includeHeaders="true"))
+    assert not direct.use_direct(_options(b, "t", arrow="false"))
+    # A client option the direct reader does not honour: auto falls back, direct is refused.
     assert not direct.use_direct(_options(b, "t", **{"kafka.fetch.max.bytes": "1000"}))
     with pytest.raises(OptionError, match="'fetch.max.bytes'"):
         _options(b, "t", reader="direct", **{"kafka.fetch.max.bytes": "1000"})
@@ -227,10 +243,25 @@ def test_reader_option_and_fallbacks(broker: BrokerProcess) -> None:
                                                  "kafka.isolation.level": "read_committed"}))
     with pytest.raises(OptionError, match="option 'reader'"):
         _options(b, "t", reader="fast")
-    # The fallback really reads with the consumer reader (and a headers column).
-    create_topic(b, "d-headers", 1)
-    produce(b, [{"topic": "d-headers", "value": b"v", "headers": [("h", b"x")]}])
-    (batch,) = direct.read_range_any(_options(b, "d-headers", includeHeaders="true"), OffsetRange("d-headers", 0, 0, 1))
+    # The fallback really reads with the consumer reader.
+    create_topic(b, "d-fallback", 1)
+    produce(b, [{"topic": "d-fallback", "value": b"v", "headers": [("h", b"x")]}])
+    calls: list[Any] = []
+
+    def factory(conf: dict[str, Any]) -> Any:
+        from confluent_kafka import Consumer
+
+        calls.append(conf)
+        return Consumer(conf)
+
+    opts = _options(b, "d-fallback", includeHeaders="true", **{"kafka.fetch.wait.max.ms": "100"})
+    original = fetch.read_range
+    try:
+        fetch.read_range = lambda o, r, **kw: original(o, r, consumer_factory=factory, **kw)  # type: ignore[assignment]
+        (batch,) = direct.read_range_any(opts, OffsetRange("d-fallback", 0, 0, 1))
+    finally:
+        fetch.read_range = original  # type: ignore[assignment]
+    assert calls and calls[0]["fetch.wait.max.ms"] == "100"
     assert batch.column("headers").to_pylist() == [[{"key": "h", "value": b"x"}]]
 
 
@@ -248,7 +279,7 @@ def _valid_buffer(seed: int) -> bytes:
         n = rng.randrange(1, 6)
         recs = [(None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 9)),
                  None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 40)),
-                 [("h", b"x")] if rng.random() < 0.3 else []) for _ in range(n)]
+                 [("h", b"x"), ("n", None)] if rng.random() < 0.3 else []) for _ in range(n)]
         out += codec.build_batch(recs, base_offset=offset, timestamp_ms=1000 + offset,
                                  codec=rng.choice([codec.NONE, codec.NONE, codec.GZIP, codec.ZSTD]))
         offset += n
@@ -260,7 +291,9 @@ def _check_decode(data: bytes, start: int, until: int, committed: bool) -> None:
 
     aborted = (np.array([5, 7], np.int64), np.array([0, 3], np.int64)) if committed else decode._NO_ABORTED
     try:
-        cols, status = decode.decode(decode.as_input(data), start, until, committed, aborted)
+        cols, status = decode.decode(decode.as_input(data), start, until, committed, aborted, headers=until % 2 == 0)
+        if cols.headers:
+            cols.headers_array(fetch.arrow_schema(True).field("headers").type).validate(full=True)
     except decode.CorruptRecords:
         return
     n = len(cols)
@@ -302,11 +335,13 @@ def test_kernel_matches_the_python_decoder_on_valid_input() -> None:
     for seed in range(200):
         data = _valid_buffer(seed)
         want = [r for r in codec.read_all(data) if 2 <= r.offset < 12]
-        cols, _ = decode.decode(decode.as_input(data), 2, 12)
+        cols, _ = decode.decode(decode.as_input(data), 2, 12, headers=True)
         key, value, offset, ts, _ = cols.arrays()
+        headers = cols.headers_array(fetch.arrow_schema(True).field("headers").type)
         got = list(zip(offset.to_pylist(), key.to_pylist(), value.to_pylist(),
-                       ts.cast(pa.int64()).to_pylist(), strict=True))
-        assert got == [(r.offset, r.key, r.value, r.timestamp * 1000) for r in want]
+                       ts.cast(pa.int64()).to_pylist(), headers.to_pylist(), strict=True))
+        assert got == [(r.offset, r.key, r.value, r.timestamp * 1000,
+                        [{"key": k, "value": v} for k, v in r.headers] or None) for r in want]
 
 
 def test_no_writable_numba_cache_directory_is_not_an_error() -> None:

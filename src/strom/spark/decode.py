@@ -1,6 +1,6 @@
 """Decode Fetch responses' record batches (magic 2) straight into Arrow columns, with no Python object
-per record: numba-compiled loops write keys, values, offsets, timestamps and timestamp types into
-numpy buffers that pyarrow wraps without a copy.
+per record: numba-compiled loops write keys, values, offsets, timestamps, timestamp types (and, when asked,
+headers) into numpy buffers that pyarrow wraps without a copy.
 
 What the compiled part does, per Fetch response (one partition's record bytes):
 - walks the whole batches; a partial batch at the end (Kafka cuts the last one at the size limit) is
@@ -82,7 +82,12 @@ VALUE_NULLS = 4
 POS = 5           # where decode_batches stopped (the batch it stopped at, or after the last whole one)
 NEXT_FETCH = 6    # the offset after the last whole batch walked (the next Fetch starts there)
 ABORTED_NEXT = 7  # aborted transactions whose first offset has been reached
-STATE_SLOTS = 8
+HEADERS = 8       # headers written (with the headers column)
+HKEY_USED = 9     # bytes of header keys written
+HVALUE_USED = 10
+HVALUE_NULLS = 11
+LIST_NULLS = 12   # records without headers (a null list)
+STATE_SLOTS = 13
 
 
 @njit(inline="always")
@@ -135,18 +140,24 @@ def scan_batches(buf: Any, pos: Any, end: Any) -> Any:
 def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, base_ts: Any, ts_override: Any,
                    ts_type: Any, from_offset: Any, until_offset: Any, out_offset: Any, out_ts: Any, out_ts_type: Any,
                    key_ofs: Any, key_data: Any, key_valid: Any, val_ofs: Any, val_data: Any, val_valid: Any,
-                   state: Any) -> int:
+                   list_ofs: Any, list_valid: Any, hk_ofs: Any, hk_data: Any, hv_ofs: Any, hv_data: Any,
+                   hv_valid: Any, state: Any) -> int:
     """The ``count`` records of one batch at buf[p:end] into the output columns.
 
     Offsets below from_offset are skipped; one at or past until_offset stops (UNTIL). Timestamps are
     written in microseconds (Spark's timestamp type); ts_override >= 0 is a LogAppendTime batch's
-    max timestamp, which every record then carries.
+    max timestamp, which every record then carries. Headers are decoded when list_ofs is not empty:
+    a list of (key, value) per record, null when the record has none.
     """
     if p < 0 or end > buf.shape[0] or p > end or count < 0:
         return CORRUPT
     n = state[N]
     ku = state[KEY_USED]
     vu = state[VALUE_USED]
+    h = state[HEADERS]
+    hku = state[HKEY_USED]
+    hvu = state[HVALUE_USED]
+    with_headers = list_ofs.shape[0] > 0
     capacity = out_offset.shape[0]
     status = DONE
     for _ in range(count):
@@ -204,7 +215,50 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
                 val_valid[n >> 3] |= np.uint8(1 << (n & 7))
             else:
                 state[VALUE_NULLS] += 1
-        # Headers: the record's remaining bytes, not read (includeHeaders uses the consumer reader).
+        if vlen > 0:
+            p += vlen
+        if take and with_headers:
+            hcount, p = _varint(buf, p, rec_end)
+            if p < 0 or hcount < 0 or hcount > rec_end - p:
+                status = CORRUPT
+                break
+            for _h in range(hcount):
+                hkl, p = _varint(buf, p, rec_end)
+                if p < 0 or hkl < 0 or hkl > rec_end - p:
+                    status = CORRUPT
+                    break
+                if h + 1 >= hk_ofs.shape[0] or hkl > hk_data.shape[0] - hku:
+                    status = FULL
+                    break
+                for i in range(hkl):
+                    hk_data[hku + i] = buf[p + i]
+                hku += hkl
+                p += hkl
+                hvl, p = _varint(buf, p, rec_end)
+                if p < 0 or hvl < -1 or hvl > rec_end - p:
+                    status = CORRUPT
+                    break
+                if hvl >= 0:
+                    if hvl > hv_data.shape[0] - hvu:
+                        status = FULL
+                        break
+                    for i in range(hvl):
+                        hv_data[hvu + i] = buf[p + i]
+                    hvu += hvl
+                    p += hvl
+                    hv_valid[h >> 3] |= np.uint8(1 << (h & 7))
+                else:
+                    state[HVALUE_NULLS] += 1
+                h += 1
+                hk_ofs[h] = hku
+                hv_ofs[h] = hvu
+            if status != DONE:
+                break
+            if hcount > 0:
+                list_valid[n >> 3] |= np.uint8(1 << (n & 7))
+            else:
+                state[LIST_NULLS] += 1
+            list_ofs[n + 1] = h
         p = rec_end
         if take:
             out_offset[n] = offset
@@ -216,6 +270,9 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
     state[N] = n
     state[KEY_USED] = ku
     state[VALUE_USED] = vu
+    state[HEADERS] = h
+    state[HKEY_USED] = hku
+    state[HVALUE_USED] = hvu
     return status
 
 
@@ -244,7 +301,8 @@ def _is_abort_marker(buf: Any, p: Any, end: Any) -> bool:
 def decode_batches(buf: Any, pos: Any, end: Any, from_offset: Any, until_offset: Any, read_committed: Any,
                    aborted_pid: Any, aborted_first: Any, aborted_active: Any, out_offset: Any, out_ts: Any,
                    out_ts_type: Any, key_ofs: Any, key_data: Any, key_valid: Any, val_ofs: Any, val_data: Any,
-                   val_valid: Any, state: Any) -> int:
+                   val_valid: Any, list_ofs: Any, list_valid: Any, hk_ofs: Any, hk_data: Any, hv_ofs: Any,
+                   hv_data: Any, hv_valid: Any, state: Any) -> int:
     """Decode the whole batches of buf[pos:end] into the output columns.
 
     Returns DONE, UNTIL, CORRUPT or FULL with state[POS] at the batch concerned, or COMPRESSED at a
@@ -307,7 +365,8 @@ def decode_batches(buf: Any, pos: Any, end: Any, from_offset: Any, until_offset:
             ts_override = np.int64(_be(buf, p + 35, 8)) if log_append else np.int64(-1)
             status = decode_records(buf, p + HEADER_SIZE, batch_end, count, base_offset, base_ts, ts_override,
                                     1 if log_append else 0, from_offset, until_offset, out_offset, out_ts,
-                                    out_ts_type, key_ofs, key_data, key_valid, val_ofs, val_data, val_valid, state)
+                                    out_ts_type, key_ofs, key_data, key_valid, val_ofs, val_data, val_valid,
+                                    list_ofs, list_valid, hk_ofs, hk_data, hv_ofs, hv_data, hv_valid, state)
             if status != DONE:
                 state[POS] = p
                 return status
@@ -318,9 +377,10 @@ def decode_batches(buf: Any, pos: Any, end: Any, from_offset: Any, until_offset:
 
 
 class Columns:
-    """Output buffers for up to ``capacity`` records, their keys and values in up to ``data`` bytes each."""
+    """Output buffers for up to ``capacity`` records, their keys and values in up to ``data`` bytes
+    each; with ``headers``, buffers for their headers too (each takes at least 2 bytes of a record)."""
 
-    def __init__(self, capacity: int, data: int) -> None:
+    def __init__(self, capacity: int, data: int, headers: bool = False) -> None:
         if data > MAX_DATA:
             raise ValueError(f"{data} bytes of keys or values do not fit one Arrow binary array")
         self.offset = np.empty(capacity, np.int64)
@@ -333,13 +393,38 @@ class Columns:
         self.key_valid = np.zeros((capacity + 7) // 8, np.uint8)
         self.val_valid = np.zeros((capacity + 7) // 8, np.uint8)
         self.state = np.zeros(STATE_SLOTS, np.int64)
+        self.headers = headers
+        # (untouched pages of np.empty / np.zeros cost no memory: the bounds are generous)
+        self.list_ofs = np.zeros(capacity + 1 if headers else 0, np.int32)
+        self.list_valid = np.zeros((capacity + 7) // 8 if headers else 0, np.uint8)
+        max_headers = data // 2 if headers else 0
+        self.hk_ofs = np.zeros(max_headers + 1, np.int32)
+        self.hv_ofs = np.zeros(max_headers + 1, np.int32)
+        self.hk_data = np.empty(max(data if headers else 0, 1), np.uint8)
+        self.hv_data = np.empty(max(data if headers else 0, 1), np.uint8)
+        self.hv_valid = np.zeros((max_headers + 7) // 8 + 1, np.uint8)
 
     def __len__(self) -> int:
         return int(self.state[N])
 
     def reserve(self, more: int) -> None:
-        """Room for ``more`` bytes of keys and of values past what is written."""
-        for name, used in (("key_data", KEY_USED), ("val_data", VALUE_USED)):
+        """Room for ``more`` bytes of keys and of values (and header keys, values, and headers of
+        at least 2 bytes each) past what is written."""
+        grow = [("key_data", KEY_USED), ("val_data", VALUE_USED)]
+        if self.headers:
+            grow += [("hk_data", HKEY_USED), ("hv_data", HVALUE_USED)]
+            h = int(self.state[HEADERS])
+            need_h = h + more // 2 + 1
+            if need_h > len(self.hk_ofs) - 1:
+                size = max(need_h, 2 * (len(self.hk_ofs) - 1)) + 1
+                for name in ("hk_ofs", "hv_ofs"):
+                    grown_ofs = np.zeros(size, np.int32)
+                    grown_ofs[:h + 1] = getattr(self, name)[:h + 1]
+                    setattr(self, name, grown_ofs)
+                grown_valid = np.zeros((size + 7) // 8 + 1, np.uint8)
+                grown_valid[:len(self.hv_valid)] = self.hv_valid
+                self.hv_valid = grown_valid
+        for name, used in grow:
             buf = getattr(self, name)
             u = int(self.state[used])
             need = u + more
@@ -352,7 +437,8 @@ class Columns:
 
     def outputs(self) -> tuple[Any, ...]:
         return (self.offset, self.ts, self.ts_type, self.key_ofs, self.key_data, self.key_valid, self.val_ofs,
-                self.val_data, self.val_valid, self.state)
+                self.val_data, self.val_valid, self.list_ofs, self.list_valid, self.hk_ofs, self.hk_data,
+                self.hv_ofs, self.hv_data, self.hv_valid, self.state)
 
     def arrays(self) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
         """(key, value, offset, timestamp, timestampType) over the numpy buffers, not copied."""
@@ -371,6 +457,30 @@ class Columns:
                 pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.offset[:n])]),
                 pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(self.ts[:n])]),
                 pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.ts_type[:n])]))
+
+    def headers_array(self, list_type: pa.DataType) -> pa.Array:
+        """The headers column (``list_type``: list<struct<key string, value binary>>) over the
+        buffers. Raises CorruptRecords when a header key is not UTF-8."""
+        import pyarrow as pa
+
+        s = self.state
+        n, h = int(s[N]), int(s[HEADERS])
+        key_field, value_field = list_type.value_type[0], list_type.value_type[1]
+        hv_nulls = int(s[HVALUE_NULLS])
+        keys = pa.Array.from_buffers(key_field.type, h, [None, pa.py_buffer(self.hk_ofs[:h + 1]),
+                                                          pa.py_buffer(self.hk_data)])
+        try:
+            keys.validate(full=True)
+        except pa.ArrowInvalid:
+            raise CorruptRecords("a record header's key is not UTF-8") from None
+        values = pa.Array.from_buffers(value_field.type, h, [pa.py_buffer(self.hv_valid) if hv_nulls else None,
+                                                              pa.py_buffer(self.hv_ofs[:h + 1]),
+                                                              pa.py_buffer(self.hv_data)], null_count=hv_nulls)
+        pairs = pa.StructArray.from_arrays([keys, values], fields=[key_field, value_field])
+        list_nulls = int(s[LIST_NULLS])
+        return pa.Array.from_buffers(list_type, n, [pa.py_buffer(self.list_valid) if list_nulls else None,
+                                                    pa.py_buffer(self.list_ofs[:n + 1])],
+                                     null_count=list_nulls, children=[pairs])
 
 
 class CorruptRecords(ValueError):
@@ -398,7 +508,7 @@ def aborted_arrays(aborted: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decode(records: np.ndarray, from_offset: int, until_offset: int, read_committed: bool = False,
-           aborted: tuple[np.ndarray, np.ndarray] = _NO_ABORTED) -> tuple[Columns, int]:
+           aborted: tuple[np.ndarray, np.ndarray] = _NO_ABORTED, headers: bool = False) -> tuple[Columns, int]:
     """Decode one Fetch response's record bytes: (columns, status DONE or UNTIL). The columns' state
     says where the next Fetch starts (state[NEXT_FETCH], -1 when no whole batch was there).
     Raises CorruptRecords when the bytes are not valid batches."""
@@ -406,7 +516,7 @@ def decode(records: np.ndarray, from_offset: int, until_offset: int, read_commit
 
     end = len(records)
     capacity, span, _ = scan_batches(records, 0, end)
-    cols = Columns(int(capacity), int(span))
+    cols = Columns(int(capacity), int(span), headers)
     cols.state[NEXT_FETCH] = -1
     aborted_pid, aborted_first = aborted
     active = np.zeros(len(aborted_pid), np.uint8)

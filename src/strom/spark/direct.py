@@ -267,7 +267,8 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
 
     if r.until_offset <= r.from_offset:
         return
-    schema = arrow_schema(False)
+    headers = options.include_headers
+    schema = arrow_schema(headers)
     # The constant columns, made once and sliced for each batch.
     topics = pa.repeat(pa.scalar(r.topic, pa.string()), batch_rows)
     partitions = pa.repeat(pa.scalar(r.partition, pa.int32()), batch_rows)
@@ -352,7 +353,7 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
             aborted = dec.aborted_arrays(p.aborted_transactions) if read_committed else dec._NO_ABORTED
             buf = dec.as_input(records)
             try:
-                cols, status = dec.decode(buf, start, until, read_committed, aborted)
+                cols, status = dec.decode(buf, start, until, read_committed, aborted, headers)
             except dec.CorruptRecords as e:
                 raise RuntimeError(f"reading {name} at offset {start}: {e}") from None
             del buf, records, p
@@ -369,12 +370,19 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
             if n:
                 span = int(cols.state[dec.POS])
                 bytes_per_record = max(16.0, span / max(1, n))
-                key, value, offset, ts, ts_type = cols.arrays()
+                columns = list(cols.arrays())
+                if headers:
+                    try:
+                        columns.append(cols.headers_array(schema.field("headers").type))
+                    except dec.CorruptRecords as e:
+                        raise RuntimeError(f"reading {name} at offset {start}: {e}") from None
+                key, value, offset, ts, ts_type = columns[:5]
                 for i in range(0, n, batch_rows):
                     k = min(batch_rows, n - i)
                     yield pa.RecordBatch.from_arrays(
                         [key.slice(i, k), value.slice(i, k), topics.slice(0, k), partitions.slice(0, k),
-                         offset.slice(i, k), ts.slice(i, k), ts_type.slice(i, k)],
+                         offset.slice(i, k), ts.slice(i, k), ts_type.slice(i, k)]
+                        + [c.slice(i, k) for c in columns[5:]],
                         schema=schema)
             if status == dec.UNTIL:
                 return

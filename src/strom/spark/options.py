@@ -215,8 +215,6 @@ class SourceOptions:
     def direct_blockers(self) -> list[str]:
         """What keeps the direct reader from reading with these options (empty: nothing)."""
         out = []
-        if self.include_headers:
-            out.append("includeHeaders (the direct reader does not decode headers)")
         if not self.arrow:
             out.append("arrow=false")
         out += [f"Kafka option '{k}'" for k in sorted(self.client.kafka)
