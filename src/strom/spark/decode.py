@@ -192,8 +192,7 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
                 if klen > key_data.shape[0] - ku:
                     status = FULL
                     break
-                for i in range(klen):
-                    key_data[ku + i] = buf[p + i]
+                key_data[ku:ku + klen] = buf[p:p + klen]
                 ku += klen
                 key_valid[n >> 3] |= np.uint8(1 << (n & 7))
             else:
@@ -209,8 +208,7 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
                 if vlen > val_data.shape[0] - vu:
                     status = FULL
                     break
-                for i in range(vlen):
-                    val_data[vu + i] = buf[p + i]
+                val_data[vu:vu + vlen] = buf[p:p + vlen]
                 vu += vlen
                 val_valid[n >> 3] |= np.uint8(1 << (n & 7))
             else:
@@ -230,8 +228,7 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
                 if h + 1 >= hk_ofs.shape[0] or hkl > hk_data.shape[0] - hku:
                     status = FULL
                     break
-                for i in range(hkl):
-                    hk_data[hku + i] = buf[p + i]
+                hk_data[hku:hku + hkl] = buf[p:p + hkl]
                 hku += hkl
                 p += hkl
                 hvl, p = _varint(buf, p, rec_end)
@@ -242,8 +239,7 @@ def decode_records(buf: Any, p: Any, end: Any, count: Any, base_offset: Any, bas
                     if hvl > hv_data.shape[0] - hvu:
                         status = FULL
                         break
-                    for i in range(hvl):
-                        hv_data[hvu + i] = buf[p + i]
+                    hv_data[hvu:hvu + hvl] = buf[p:p + hvl]
                     hvu += hvl
                     p += hvl
                     hv_valid[h >> 3] |= np.uint8(1 << (h & 7))
