@@ -19,6 +19,8 @@ FORBIDDEN: dict[str, set[str]] = {
     # Beside cluster/ (each uses a little of the other: the ACL store's file writes, the inter-broker
     # client's TLS and SASL login): TLS, SASL, principals, ACLs; the broker uses it.
     "security": {"coordinator", "replication", "broker", "cli", "admin", "spark"},
+    # Blocking client connections (kio requests, TLS, SASL login) that cli/ and spark/ share.
+    "client": {"storage", "cluster", "replication", "coordinator", "broker", "cli", "admin", "spark"},
 }
 NO_ASYNCIO = {"protocol", "records"}
 

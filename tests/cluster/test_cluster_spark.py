@@ -4,6 +4,7 @@ while leaders are killed and moved underneath it, and the sink writes to a repli
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -146,3 +147,40 @@ def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, tmp_path: Path
                                                                                               ALERTS_TOPIC, p)]
     assert alerts, output[-3000:]
     assert any(out.rglob("*.parquet")), "no per-driver window was written"
+
+
+def test_direct_reader_through_a_leader_kill(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """The source's direct reader (its own Fetch requests) reading a range while the partition's
+    leader is SIGKILLed: it finds the new leader and reads every record once, in order."""
+    pytest.importorskip("numba")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from strom.spark import direct
+    from strom.spark.options import source_options
+    from strom.spark.planning import OffsetRange
+
+    topic = unique("direct")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    cluster.wait_full_isr(topic, 1)
+    n = 20_000
+    confluent_produce(cluster.bootstrap, topic, [{"value": b"v%05d" % i + b"." * 100, "partition": 0}
+                                                 for i in range(n)], {"acks": "all"})
+    cluster.wait_full_isr(topic, 1)
+    monkeypatch.setattr(direct, "MAX_FETCH_BYTES", 64 << 10)  # many small Fetches: the kill lands mid-range
+    opts = source_options({"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+                           "kafkaconsumer.polltimeoutms": "60000"}, streaming=False)
+    batches = direct.read_range(opts, OffsetRange(topic, 0, 0, n), batch_rows=500)
+    caplog.set_level(logging.INFO, logger="strom.spark")
+    got = next(batches).column("value").to_pylist()
+    victim = cluster.leader(topic, 0)
+    cluster.brokers[victim].kill()
+    try:
+        for batch in batches:
+            got += batch.column("value").to_pylist()
+        assert cluster.leader(topic, 0) != victim
+    finally:
+        cluster.brokers[victim].start(timeout=60)
+    assert got == [b"v%05d" % i + b"." * 100 for i in range(n)]
+    assert "(retrying)" in caplog.text  # it did lose its leader mid-range

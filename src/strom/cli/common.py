@@ -269,7 +269,7 @@ def base_config(opts: ClientOptions, **overrides: Any) -> dict[str, Any]:
 
 
 def raw_security(opts: ClientOptions) -> Any:
-    """TLS and SASL settings of -X for the CLI's raw connections (cli/raw_connection.py)."""
+    """TLS and SASL settings of -X for the CLI's raw connections (client/raw_connection.py)."""
     from strom.security.client_properties import client_security
 
     try:

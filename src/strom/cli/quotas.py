@@ -26,7 +26,7 @@ from strom.cli.common import (
     out_console,
     raw_security,
 )
-from strom.cli.raw_connection import RawConnection
+from strom.client.raw_connection import RawConnection
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 DEFAULT = "<default>"

@@ -23,7 +23,7 @@ from strom.cli.common import (
     note,
     raw_security,
 )
-from strom.cli.raw_connection import RawConnection
+from strom.client.raw_connection import RawConnection
 
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46

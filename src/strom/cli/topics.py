@@ -27,7 +27,7 @@ from strom.cli.common import (
     raw_security,
     topic_metadata,
 )
-from strom.cli.raw_connection import RawConnection
+from strom.client.raw_connection import RawConnection
 
 REQUEST_TIMEOUT = 30.0
 API_VERSIONS = 18

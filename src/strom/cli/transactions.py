@@ -25,8 +25,8 @@ from strom.cli.common import (
     connection_options,
     raw_security,
 )
-from strom.cli.raw_connection import RawConnection
 from strom.cli.reassign import _error_name
+from strom.client.raw_connection import RawConnection
 
 FIND_COORDINATOR = 10
 DESCRIBE_PRODUCERS = 61

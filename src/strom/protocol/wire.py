@@ -286,7 +286,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     return _SIZE.pack(len(payload)) + payload
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """Decode a response frame (without size prefix): (correlation_id, body). For tests and tools."""
     cls = response_class(api_key, api_version)
     (correlation_id,) = _SIZE.unpack_from(frame, 0)

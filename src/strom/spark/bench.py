@@ -6,10 +6,12 @@ For each value size, on a fresh 2-partition topic:
 1. `strom bench produce` fills it (the producer's rate: the sink's yardstick),
 2. `strom bench consume` reads it all (the raw client ceiling: one batch-consuming confluent-kafka
    consumer, fetch pipeline kept full),
-3. the executor's work alone: strom.spark.fetch reads both partitions into Arrow batches in this
-   process, one after the other,
-4. Spark local[2]: spark.read.format("strom") ... write.format("noop"),
-5. Spark local[2]: the same through readStream with trigger availableNow (one micro-batch),
+3. the executor's work alone: both partitions read into Arrow batches in this process, one after
+   the other, by each reader: the direct one (strom.spark.direct: Fetch decoded by compiled code)
+   and the consumer one (strom.spark.fetch: confluent-kafka),
+4. Spark local[2]: spark.read.format("strom") ... write.format("noop"), with each reader,
+5. Spark local[2]: the same through readStream with trigger availableNow (one micro-batch; the
+   reader auto picks, the direct one where numba is installed),
 6. the sink: a cached DataFrame of as many records of that size written with format("strom"),
    then `strom bench produce` once more, so that drift on a shared machine hits both.
 Steps 2-5 run --repeat times, alternating. Prints records/s for each step, then the best of each and
@@ -135,7 +137,7 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
     """Steps 1-6 for one value size; the summary lines."""
     from pyspark.sql import functions as F
 
-    from strom.spark import fetch
+    from strom.spark import direct, fetch
 
     out_topic = f"{topic}-sink"
     print(f"{records:,} records of {size} B", flush=True)
@@ -148,8 +150,12 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
     def executor() -> int:
         return sum(batch.num_rows for r in ranges for batch in fetch.read_range(opts, r))
 
-    def spark_read() -> int:
-        df = spark.read.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", topic).load()
+    def executor_direct() -> int:
+        return sum(batch.num_rows for r in ranges for batch in direct.read_range(opts, r))
+
+    def spark_read(reader: str = "consumer") -> int:
+        df = (spark.read.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", topic)
+              .option("reader", reader).load())
         df.write.format("noop").mode("overwrite").save()
         return total
 
@@ -166,14 +172,23 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
         return total
 
     spark_read()  # warm-up: the JVM's code and the Python workers
-    rates: dict[str, list[float]] = {k: [] for k in ("ceiling", "executor", "read", "stream")}
+    if direct.numba_usable():
+        spark_read("direct")  # ... and the compiled decoder (numba's cache, compiled once if empty)
+        executor_direct()
+    rates: dict[str, list[float]] = {k: [] for k in ("ceiling", "executor", "direct", "read", "read_direct",
+                                                     "stream")}
     cpu: dict[str, list[float]] = {k: [] for k in rates}
     for _ in range(repeat):
         rates["ceiling"].append(_show("raw client: strom bench consume", _strom_bench("consume", b, topic, total,
                                                                                       size, cpu["ceiling"])))
-        rates["executor"].append(_show("executor work alone: fetch -> Arrow batches",
+        rates["executor"].append(_show("executor work alone, consumer reader: -> Arrow",
                                        _timed(executor, cpu["executor"])))
-        rates["read"].append(_show("Spark local[2]: read -> noop", _timed(spark_read, cpu["read"])))
+        rates["read"].append(_show("Spark local[2]: read -> noop, consumer reader", _timed(spark_read, cpu["read"])))
+        if direct.numba_usable():
+            rates["direct"].append(_show("executor work alone, direct reader: -> Arrow",
+                                         _timed(executor_direct, cpu["direct"])))
+            rates["read_direct"].append(_show("Spark local[2]: read -> noop, direct reader",
+                                              _timed(lambda: spark_read("direct"), cpu["read_direct"])))
         rates["stream"].append(_show("Spark local[2]: readStream availableNow -> noop",
                                      _timed(spark_stream, cpu["stream"])))
 
@@ -195,10 +210,12 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
                                                                 records, size)))
     data.unpersist()
 
-    best = {k: max(v) for k, v in rates.items()}
+    best = {k: max(v) for k, v in rates.items() if v}
     ceiling = best["ceiling"]
 
     def ratios(name: str) -> str:
+        if not rates[name]:
+            return "not measured (numba is not installed)"
         per_round = [r / c for r, c in zip(rates[name], rates["ceiling"], strict=True)]
         return (f"{best[name]:>12,.0f} records/s  best/best {best[name] / ceiling:.2f}x, "
                 f"per round {statistics.median(per_round):.2f}x median; {cpu_text(name)}")
@@ -209,9 +226,11 @@ def _measure(spark: Any, b: str, topic: str, size: int, records: int, repeat: in
     return [
         f"{size} B values, {total:,} records, best of {repeat}:",
         f"  raw client ceiling (strom bench consume)        {ceiling:>12,.0f} records/s  {cpu_text('ceiling')}",
-        f"  executor work alone (one process, in turn)      {ratios('executor')}",
-        f"  Spark local[2] read -> noop                     {ratios('read')}",
-        f"  Spark local[2] readStream availableNow -> noop  {ratios('stream')}",
+        f"  executor alone, direct reader (one process)     {ratios('direct')}",
+        f"  executor alone, consumer reader (one process)   {ratios('executor')}",
+        f"  Spark local[2] read -> noop, direct reader      {ratios('read_direct')}",
+        f"  Spark local[2] read -> noop, consumer reader    {ratios('read')}",
+        f"  Spark local[2] readStream availableNow -> noop  {ratios('stream')} (reader auto)",
         f"  strom bench produce                             {max(produce):>12,.0f} records/s",
         f"  Spark local[2] sink                             {max(sink_rates):>12,.0f} records/s  "
         f"{max(sink_rates) / max(produce):.2f}x of strom bench produce",

@@ -174,6 +174,18 @@ class ClientOptions:
         return librdkafka_properties(conf)
 
 
+# The "kafka.*" settings the direct reader (strom.spark.direct) honours; with any other one, the
+# reader option's "auto" uses the consumer reader, and "direct" is refused.
+DIRECT_KAFKA_OPTIONS = frozenset({
+    "bootstrap.servers", "client.id", "group.id", "isolation.level", "security.protocol",
+    "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password", "sasl.jaas.config",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "ssl.endpoint.identification.algorithm", "ssl.truststore.location", "ssl.truststore.type",
+    "ssl.keystore.location", "ssl.keystore.type",
+})
+READERS = ("auto", "direct", "consumer")
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     client: ClientOptions
@@ -196,6 +208,18 @@ class SourceOptions:
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_ms: int = 10
     arrow: bool = True  # hand Spark Arrow record batches (false: Python tuples, slower; for comparison)
+    # How executors read: "direct" (Fetch requests decoded by compiled code, strom.spark.direct),
+    # "consumer" (confluent-kafka, strom.spark.fetch) or "auto" (direct when it can).
+    reader: Literal["auto", "direct", "consumer"] = "auto"
+
+    def direct_blockers(self) -> list[str]:
+        """What keeps the direct reader from reading with these options (empty: nothing)."""
+        out = []
+        if not self.arrow:
+            out.append("arrow=false")
+        out += [f"Kafka option '{k}'" for k in sorted(self.client.kafka)
+                if k not in DIRECT_KAFKA_OPTIONS and not (k == "check.crcs" and self.client.kafka[k].lower() == "false")]
+        return out
 
 
 @dataclass(frozen=True)
@@ -365,9 +389,12 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
     isolation = client.kafka.get("isolation.level", "read_uncommitted")
     if isolation not in ("read_uncommitted", "read_committed"):
         raise OptionError(f"Kafka option 'isolation.level': expected read_uncommitted or read_committed, got {isolation!r}")
+    reader = (_get(options, "reader") or "auto").strip().lower()
+    if reader not in READERS:
+        raise OptionError(f"option 'reader': expected auto, direct or consumer, got {reader!r}")
     group_id = client.kafka.get("group.id") or (
         f"{_get(options, 'groupIdPrefix') or 'spark-strom-source'}-{uuid.uuid4()}")
-    return SourceOptions(
+    parsed = SourceOptions(
         client=client,
         subscription=subscription,
         starting=starting,
@@ -386,7 +413,12 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         fetch_offset_retries=_non_negative_int(options, "fetchOffset.numRetries", 3),
         fetch_offset_retry_interval_ms=_non_negative_int(options, "fetchOffset.retryIntervalMs", 10),
         arrow=_bool(options, "arrow", True),
+        reader="direct" if reader == "direct" else "consumer" if reader == "consumer" else "auto",
     )
+    if parsed.reader == "direct" and (blockers := parsed.direct_blockers()):
+        raise OptionError(f"option 'reader': the direct reader cannot be used with {', '.join(blockers)} "
+                          "(reader=auto would use the consumer reader)")
+    return parsed
 
 
 def sink_options(options: Mapping[str, str], streaming: bool = False) -> SinkOptions:

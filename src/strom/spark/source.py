@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from strom.spark import fetch, planning, sink
+from strom.spark import direct, fetch, planning, sink
 from strom.spark.metadata import Metadata
 from strom.spark.options import (
     PartitionOffsets,
@@ -124,7 +124,7 @@ class _RangeReader:
         if not isinstance(r, planning.OffsetRange):
             return iter(())  # Spark's placeholder partition when there is nothing to read
         if self.options.arrow:
-            return fetch.read_range(self.options, r)
+            return direct.read_range_any(self.options, r)
         return fetch.read_range_tuples(self.options, r)
 
 
