@@ -173,8 +173,8 @@ def test_cli_lists_and_describes_and_describe_producers(txn_broker: BrokerProces
     from click.testing import CliRunner
     from kio.schema.describe_producers.v0 import request as dp
 
-    from strom.cli.raw_connection import RawConnection
     from strom.cli.transactions import transactions
+    from strom.client.raw_connection import RawConnection
 
     bs = txn_broker.bootstrap
     create_topics(bs, {"described": 1})
@@ -275,7 +275,7 @@ def test_clients_cannot_write_markers(txn_broker: BrokerProcess) -> None:
 
     from kio.schema.produce.v9 import request as produce
 
-    from strom.cli.raw_connection import RawConnection
+    from strom.client.raw_connection import RawConnection
     from strom.records.control import build_marker_batch
 
     create_topics(txn_broker.bootstrap, {"forged": 1})
@@ -303,7 +303,7 @@ def test_fenced_producer_cannot_leave_offsets_pending(txn_broker: BrokerProcess)
     from kio.schema.offset_fetch.v7 import request as fetch
     from kio.schema.txn_offset_commit.v3 import request as txn_commit
 
-    from strom.cli.raw_connection import RawConnection
+    from strom.client.raw_connection import RawConnection
 
     bs = txn_broker.bootstrap
     create_topics(bs, {"zombie-input": 1})

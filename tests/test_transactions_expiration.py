@@ -58,7 +58,7 @@ def producers(bootstrap: str, topic: str) -> dict[int, int]:
     """DescribeProducers of partition 0: producer id -> first offset of its open transaction."""
     from kio.schema.describe_producers.v0 import request as dp
 
-    from strom.cli.raw_connection import RawConnection
+    from strom.client.raw_connection import RawConnection
 
     host, port = bootstrap.split(":")
     conn = RawConnection(host, int(port), 10)
