@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.security import jaas
-from strom.security.client import PLAINTEXT_CLIENT, ClientSecurity
-from strom.security.sasl_server import SUPPORTED_MECHANISMS
+
+if TYPE_CHECKING:
+    from strom.security.client import ClientSecurity
 
 _JAVA_ONLY = ("sasl.jaas.config", "ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
               "ssl.keystore.type", "ssl.truststore.password", "ssl.keystore.password")
@@ -54,6 +55,11 @@ def librdkafka_properties(props: Mapping[str, Any]) -> dict[str, Any]:
 def client_security(props: Mapping[str, Any]) -> ClientSecurity:
     """The TLS context and SASL login librdkafka-style properties describe, for strom's own raw
     connections (the CLI's requests no client library has). ValueError names what cannot be used."""
+    # Imported here: the broker's TLS and SASL modules are slow to import, and librdkafka_properties
+    # (all a Spark source's planner needs) uses none of them.
+    from strom.security.client import PLAINTEXT_CLIENT, ClientSecurity
+    from strom.security.sasl_server import SUPPORTED_MECHANISMS
+
     props = librdkafka_properties(props)
     protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):

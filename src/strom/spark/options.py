@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from strom.security.client_properties import librdkafka_properties
-
 # Special values in per-partition offset JSON, as in Spark's Kafka source.
 LATEST = -1
 EARLIEST = -2
@@ -171,6 +169,8 @@ class ClientOptions:
         conf["bootstrap.servers"] = self.bootstrap_servers
         # kafka.security.protocol, kafka.sasl.* and kafka.ssl.* reach the client; Java-style
         # kafka.sasl.jaas.config and PEM kafka.ssl.truststore.location are translated.
+        from strom.security.client_properties import librdkafka_properties  # its imports cost 0.15 s
+
         return librdkafka_properties(conf)
 
 
@@ -305,6 +305,8 @@ def client_options(options: Mapping[str, str]) -> ClientOptions:
     if not bootstrap:
         raise OptionError("option 'kafka.bootstrap.servers' (or 'bootstrap.servers') must be specified")
     try:
+        from strom.security.client_properties import librdkafka_properties
+
         librdkafka_properties(kafka)  # checked now, not when the first task connects
     except ValueError as e:
         raise OptionError(f"Kafka option {e}") from None
