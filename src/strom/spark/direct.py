@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from strom.spark.fetch import BATCH_ROWS, arrow_schema, data_loss
+from strom.spark.fetch import BATCH_ROWS, arrow_schema, data_loss, within_log
 from strom.spark.options import SourceOptions
 from strom.spark.planning import OffsetRange
 
@@ -280,28 +280,27 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
     start, until = r.from_offset, r.until_offset
     last_progress = time.monotonic()
 
+    def pause_or_give_up(e: _Retry) -> None:
+        """After a retriable failure: a short pause, or TimeoutError once pollTimeoutMs has passed
+        without progress."""
+        if time.monotonic() - last_progress > timeout_s:
+            raise TimeoutError(
+                f"no record of {name} at or after offset {start} within "
+                f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms} (range ends at {until}; "
+                f"last error: {e})") from None
+        log.info("reading %s at offset %d: %s (retrying)", name, start, e)
+        time.sleep(RETRY_PAUSE_S)
+
     def retrying(fn: Any, *args: Any) -> Any:
-        nonlocal last_progress
         while True:
             try:
                 return fn(*args)
             except _Retry as e:
-                if time.monotonic() - last_progress > timeout_s:
-                    raise TimeoutError(
-                        f"no record of {name} at or after offset {start} within "
-                        f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms} (range ends at {until}; "
-                        f"last error: {e})") from None
-                log.info("reading %s at offset %d: %s (retrying)", name, start, e)
-                time.sleep(RETRY_PAUSE_S)
+                pause_or_give_up(e)
 
     try:
         low, high = retrying(client.watermarks)
-        if start < low:
-            data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
-            start = low
-        if high < until:
-            data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
-            until = high
+        start, until = within_log(name, start, until, low, high, fail)
         bytes_per_record = float(FIRST_RECORD_GUESS)
         while start < until:
             want = int((until - start) * bytes_per_record * 1.1) + 4096
@@ -324,13 +323,7 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
                 try:
                     client._error(code, "Fetch")
                 except _Retry as e:
-                    if time.monotonic() - last_progress > timeout_s:
-                        raise TimeoutError(
-                            f"no record of {name} at or after offset {start} within "
-                            f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms} (range ends at {until}; "
-                            f"last error: {e})") from None
-                    log.info("reading %s at offset %d: %s (retrying)", name, start, e)
-                    time.sleep(RETRY_PAUSE_S)
+                    pause_or_give_up(e)
                     continue
             records = p.records
             if not records:

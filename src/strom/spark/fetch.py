@@ -60,6 +60,18 @@ def data_loss(message: str, fail: bool) -> None:
     log.warning("%s Some data may have been lost; failOnDataLoss is false, so the query goes on.", message)
 
 
+def within_log(name: str, start: int, until: int, low: int, high: int, fail: bool) -> tuple[int, int]:
+    """The part of [start, until) the partition's log [low, high) still holds; what it no longer
+    holds is data loss (see `data_loss`)."""
+    if start < low:
+        data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
+        start = low
+    if high < until:
+        data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
+        until = high
+    return start, until
+
+
 # librdkafka stops fetching a partition once queued.min.messages (100,000) records wait in its queue
 # and then sleeps fetch.queue.backoff.ms (1,000 ms): with small records a task idled most of each
 # second (about 200,000 records/s). A queue as deep as the range (up to a million records) and a
@@ -237,12 +249,7 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
     try:
         start, until = r.from_offset, r.until_offset
         low, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
-        if start < low:
-            data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
-            start = low
-        if high < until:
-            data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
-            until = high
+        start, until = within_log(name, start, until, low, high, fail)
         if until <= start:
             return
         consumer.assign([TopicPartition(r.topic, r.partition, start)])
