@@ -557,7 +557,7 @@ def test_topic_config_values() -> None:
 
 
 def test_log_config_for() -> None:
-    log_mod = pytest.importorskip("strom.storage.log")
+    import strom.storage.log as log_mod
     from strom.config import log_config_for
 
     cfg = log_config_for(load("log.retention.hours=2", "log.flush.interval.messages=1"), {"segment.bytes": "4096"})

@@ -153,7 +153,6 @@ def test_direct_reader_through_a_leader_kill(cluster: Cluster, monkeypatch: pyte
                                             caplog: pytest.LogCaptureFixture) -> None:
     """The source's direct reader (its own Fetch requests) reading a range while the partition's
     leader is SIGKILLed: it finds the new leader and reads every record once, in order."""
-    pytest.importorskip("numba")
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from strom.spark import direct

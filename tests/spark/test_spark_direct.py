@@ -9,18 +9,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from brokerproc import BrokerProcess
 from helpers import wait_until
 from spark_helpers import create_topic, produce
 
-pytest.importorskip("numba")
-
-import pyarrow as pa  # noqa: E402
-
-from strom.spark import decode, direct, fetch  # noqa: E402
-from strom.spark.options import OptionError, source_options  # noqa: E402
-from strom.spark.planning import OffsetRange  # noqa: E402
+from strom.spark import decode, direct, fetch  # decode imports numba (a test dependency): no skipping
+from strom.spark.options import OptionError, source_options
+from strom.spark.planning import OffsetRange
 
 pytestmark = pytest.mark.timeout(120)
 
