@@ -98,7 +98,7 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/mypy
 
 test: $(TEST_STAMP) deps lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests
 
 clean:
 	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache .cache

@@ -179,7 +179,7 @@ def test_metadata_names_the_new_leader_while_the_dead_broker_is_still_listed(clu
     """After a leader is SIGKILLed, the first Metadata answers that name its partition's new leader
     still list the dead broker (so librdkafka moves the partition instead of parking it on no
     broker); no answer names a dead broker as a leader; a few seconds later it is gone."""
-    from helpers import RawConnection
+    from helpers import RawConnection, request_class
 
     from strom.broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
 
@@ -193,8 +193,19 @@ def test_metadata_names_the_new_leader_while_the_dead_broker_is_still_listed(clu
     try:
         wait_until(lambda: victim not in cluster.registered(), SESSION_TIMEOUT_MS / 1000 + 10,
                    interval=0.02, what="the victim's registration gone")
-        gone_at = time.monotonic()
         with RawConnection(cluster.brokers[survivor].bootstrap) as conn:
+            # The survivor learns of the departure through its watch a moment after ZooKeeper has
+            # it; until then it rightly still names the victim. DescribeCluster lists only the
+            # brokers it knows to be alive, so its answer marks the moment the rules below hold.
+            describe = request_class("describe_cluster", 0, "DescribeClusterRequest")
+
+            def survivor_knows() -> bool:
+                resp = conn.request(60, 0, describe(include_cluster_authorized_operations=False))
+                return victim not in {int(b.broker_id) for b in resp.brokers}
+
+            wait_until(survivor_knows, 10, interval=0.01, what="the survivor seeing the victim gone")
+            gone_at = time.monotonic()
+
             def answer() -> tuple[int, list[int]]:
                 md = conn.metadata([topic])
                 return int(md.topics[0].partitions[0].leader_id), sorted(int(b.node_id) for b in md.brokers)
