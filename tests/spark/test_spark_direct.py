@@ -211,8 +211,34 @@ def test_data_loss_both_ways(broker: BrokerProcess) -> None:
     r = OffsetRange("d-lossy", 0, 30, 120)
     with pytest.raises(fetch.DataLossError, match=r"Offsets \[30, 60\) of d-lossy-0 are gone"):
         list(direct.read_range(_options(b, "d-lossy"), r))
-    t = _both(b, "d-lossy", 30, 120, failOnDataLoss="false")
+    # The range also ends past the log (100): the readers wait pollTimeoutMs for it, then go on.
+    t0 = time.monotonic()
+    t = _both(b, "d-lossy", 30, 120, failOnDataLoss="false", **{"kafkaConsumer.pollTimeoutMs": "1000"})
     assert t.column("offset").to_pylist() == list(range(60, 100))
+    assert time.monotonic() - t0 >= 2 * 1.0  # each reader waited for the end before calling it lost
+
+
+@pytest.mark.parametrize("reader", ["direct", "consumer"])
+def test_an_end_that_arrives_late_is_no_data_loss(broker: BrokerProcess, reader: str) -> None:
+    """A range planned past where the log ends now (as after a leader change, while the new
+    leader's high watermark has not yet reached the old one's) is read whole once the log gets
+    there, without a data-loss failure."""
+    import threading
+
+    b, topic = broker.bootstrap, f"d-late-{reader}"
+    create_topic(b, topic, 1)
+    produce(b, [{"topic": topic, "value": f"v{i}".encode()} for i in range(50)])
+    later = threading.Timer(1.0, produce, (b, [{"topic": topic, "value": f"v{i}".encode()} for i in range(50, 80)]))
+    later.start()
+    try:
+        opts = _options(b, topic, **{"kafkaConsumer.pollTimeoutMs": "20000"})
+        read = direct.read_range if reader == "direct" else fetch.read_range
+        got = pa.Table.from_batches(list(read(opts, OffsetRange(topic, 0, 10, 80))),
+                                    fetch.arrow_schema(opts.include_headers))
+    finally:
+        later.join(timeout=30)
+    assert got.column("offset").to_pylist() == list(range(10, 80))
+    assert got.column("value").to_pylist() == [f"v{i}".encode() for i in range(10, 80)]
 
 
 def test_unknown_partition_times_out_like_the_consumer_reader(broker: BrokerProcess) -> None:

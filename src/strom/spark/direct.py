@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from strom.spark.fetch import BATCH_ROWS, arrow_schema, data_loss, within_log
+from strom.spark.fetch import BATCH_ROWS, arrow_schema, data_loss, log_end_reaching, range_in_log
 from strom.spark.options import SourceOptions
 from strom.spark.planning import OffsetRange
 
@@ -298,9 +298,11 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
             except _Retry as e:
                 pause_or_give_up(e)
 
+    def read_watermarks() -> tuple[int, int]:
+        return retrying(client.watermarks)  # type: ignore[no-any-return]
+
     try:
-        low, high = retrying(client.watermarks)
-        start, until = within_log(name, start, until, low, high, fail)
+        start, until = range_in_log(name, start, until, read_watermarks, timeout_s, fail)
         bytes_per_record = float(FIRST_RECORD_GUESS)
         while start < until:
             want = int((until - start) * bytes_per_record * 1.1) + 4096
@@ -308,17 +310,21 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
             p = retrying(client.fetch, start, max_bytes)
             code = int(p.error_code)
             if code == OFFSET_OUT_OF_RANGE:
-                low, high = retrying(client.watermarks)
+                low, high = read_watermarks()
                 if start < low:
                     data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: "
                               f"the log now starts at {low}.", fail)
                     start = low
                     continue
                 if high <= start:
+                    low, high = log_end_reaching(read_watermarks, start + 1, timeout_s, name)
+                if high <= start:
                     data_loss(f"Offsets [{start}, {until}) of {name} are gone: the log now ends at {high}.", fail)
                     return
-                raise RuntimeError(f"reading {name} at offset {start}: OFFSET_OUT_OF_RANGE "
-                                   f"(the log holds [{low}, {high}))")
+                # The log holds start after all: the answer came from a leader that has just lost
+                # or taken over the partition. Ask again.
+                pause_or_give_up(_Retry(f"Fetch: OFFSET_OUT_OF_RANGE while the log holds [{low}, {high})"))
+                continue
             if code:
                 try:
                     client._error(code, "Fetch")
@@ -332,7 +338,7 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
                 # was cut below the range's end.
                 end = int(p.last_stable_offset) if read_committed else int(p.high_watermark)
                 if start >= end:
-                    _, high = retrying(client.watermarks)
+                    _, high = log_end_reaching(read_watermarks, until, timeout_s, name)
                     if high < until:
                         data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: "
                                   f"the log now ends at {high}.", fail)

@@ -60,12 +60,40 @@ def data_loss(message: str, fail: bool) -> None:
     log.warning("%s Some data may have been lost; failOnDataLoss is false, so the query goes on.", message)
 
 
-def within_log(name: str, start: int, until: int, low: int, high: int, fail: bool) -> tuple[int, int]:
-    """The part of [start, until) the partition's log [low, high) still holds; what it no longer
-    holds is data loss (see `data_loss`)."""
+# How often a partition's end is read again while it is short of a range's end.
+END_RECHECK_S = 0.2
+
+
+def log_end_reaching(read: Callable[[], tuple[int, int]], until: int, timeout_s: float,
+                     name: str) -> tuple[int, int]:
+    """The partition's (low, high) from ``read``, read again while high is short of ``until``, for
+    up to ``timeout_s`` (kafkaConsumer.pollTimeoutMs, as long as Spark's own reader polls). A range
+    ends at a high watermark seen when it was planned; a leader that has just taken over answers
+    with its own, which its followers' next fetches raise to the old leader's, so for a moment the
+    log seems to end short of the range. Only a log that stays short is data loss."""
+    low, high = read()
+    if high >= until:
+        return low, high
+    log.info("%s ends at %d, short of the range's end %d: waiting up to %.0f s for it", name, high, until,
+             timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while high < until and time.monotonic() < deadline:
+        time.sleep(END_RECHECK_S)
+        low, high = read()
+    return low, high
+
+
+def range_in_log(name: str, start: int, until: int, read: Callable[[], tuple[int, int]], timeout_s: float,
+                 fail: bool) -> tuple[int, int]:
+    """The part of [start, until) the partition's log still holds, its watermarks from ``read``;
+    what the log no longer holds is data loss (see `data_loss`). An end short of ``until`` is
+    waited for first (see `log_end_reaching`)."""
+    low, high = read()
     if start < low:
         data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
         start = low
+    if high < until:
+        _, high = log_end_reaching(read, until, timeout_s, name)
     if high < until:
         data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
         until = high
@@ -246,16 +274,19 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
     fail = options.fail_on_data_loss
     name = f"{r.topic}-{r.partition}"
     transient = transient_codes()
+    timeout_s = options.poll_timeout_ms / 1000.0
+    tp = TopicPartition(r.topic, r.partition)
+
+    def read_watermarks() -> tuple[int, int]:
+        return _watermarks(consumer, tp, transient)
+
     try:
-        start, until = r.from_offset, r.until_offset
-        low, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
-        start, until = within_log(name, start, until, low, high, fail)
+        start, until = range_in_log(name, r.from_offset, r.until_offset, read_watermarks, timeout_s, fail)
         if until <= start:
             return
         consumer.assign([TopicPartition(r.topic, r.partition, start)])
         cols = _Columns(options.include_headers)
         next_offset = start
-        timeout_s = options.poll_timeout_ms / 1000.0
         last_progress = time.monotonic()
         while next_offset < until:
             # Ask for exactly what is left: librdkafka returns as soon as that many arrived.
@@ -284,7 +315,7 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
                     if code == KafkaError._PARTITION_EOF:
                         # The end of the log: the rest of the range is markers or compacted away,
                         # unless the log was truncated below the range's end.
-                        _, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
+                        _, high = log_end_reaching(read_watermarks, until, timeout_s, name)
                         if high < until:
                             data_loss(f"Offsets [{max(high, next_offset)}, {until}) of {name} are gone: "
                                       f"the log now ends at {high}.", fail)
@@ -293,7 +324,7 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
                             break
                         continue
                     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        low, high = _watermarks(consumer, TopicPartition(r.topic, r.partition), transient)
+                        low, high = read_watermarks()
                         if next_offset < low:
                             data_loss(f"Offsets [{next_offset}, {min(low, until)}) of {name} are gone: "
                                       f"the log now starts at {low}.", fail)
