@@ -121,6 +121,9 @@ class ZkMetadataStore(TopicLookups):
         self.zk.ChildrenWatch(zl.CONTROLLED_SHUTDOWN, self._shutdowns_changed)
         for name in ("", str(self.broker_id)):
             self.zk.DataWatch(zl.broker_config_path(name), self._broker_config_watch(name))
+        # A block of producer ids now, as Kafka's broker takes one at start: a broker later cut
+        # from ZooKeeper still gives idempotent producers their ids from it.
+        self._pid_next, self._pid_end = self._take_producer_id_block()
 
     def _ensure_chroot(self, timeout: float) -> None:
         """Kafka creates its chroot path when missing; so do we, through a client without it."""
