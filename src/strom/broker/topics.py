@@ -168,7 +168,13 @@ class TopicManager:
         if assignment is not None:
             self._check_assignment(assignment, rf)
         if self.broker.cluster is not None:
-            info = self._create_in_cluster(name, topic_id, partitions, rf, configs, internal, assignment)
+            store = self.broker.cluster.store
+
+            async def write() -> TopicInfo:  # ZooKeeper round trips, off the loop
+                return await store.run(self._create_in_cluster, name, topic_id, partitions, rf, configs,
+                                       internal, assignment)
+
+            info = await self._run_reserved(name, write)
             await self.wait_for_leaders(name, range(partitions))
             return info
         new = self.broker.log_manager.prepare_logs(name, range(partitions), topic_id, self._log_config(configs))
