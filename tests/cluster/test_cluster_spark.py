@@ -10,7 +10,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -123,30 +123,45 @@ def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, tmp_path: Path
     out = tmp_path / "demo-out"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
     demo = subprocess.Popen([sys.executable, "-m", "strom.cli.main", "demo", "trucking", "-b", cluster.bootstrap,
-                             "--duration", "60", "--rate", "60", "--speedup", "30", "--output", str(out)],
+                             "--duration", "0", "--rate", "100", "--speedup", "30", "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            lines.append(line.rstrip("\n"))
+
+    def alerts_shown() -> int:
+        return sum(line.startswith("ALERT driver") for line in list(lines))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
-        wait_until(lambda: cluster.state(EVENTS_TOPIC, 0) is not None and cluster.leader(EVENTS_TOPIC, 0) > 0, 120,
-                   what="the demo's events topic")
-        time.sleep(15)
+        wait_until(alerts_shown, 120, interval=0.2, what="the demo's first alert")
         moved = cluster.leader(EVENTS_TOPIC, 0)
         cluster.brokers[moved].stop()
         cluster.brokers[moved].start(timeout=60)
-        output, _ = demo.communicate(timeout=240)
+        shown = alerts_shown()
+        wait_until(lambda: alerts_shown() > shown and any(out.rglob("*.parquet")), 120, interval=0.2,
+                   what="alerts after the leader moved, and a per-driver window written")
+        demo.send_signal(signal.SIGINT)  # Ctrl-C: the queries stop between batches, then the summary
+        demo.wait(60)
     finally:
         if demo.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(demo.pid, signal.SIGKILL)
             demo.wait(30)
+        reader.join(10)
+    output = "\n".join(lines)
     assert demo.returncode == 0, output[-3000:]
     assert "using the broker at" in output, output[-3000:]
     assert not re.search(r"query \S+ failed:|producing failed:", output), output[-3000:]
     assert len(cluster.replicas(EVENTS_TOPIC)[0]) == 3  # the demo's topics are replicated like any other
     alerts = [v for p in range(len(cluster.replicas(ALERTS_TOPIC))) for _, v in read_partition(cluster.bootstrap,
                                                                                               ALERTS_TOPIC, p)]
-    assert alerts, output[-3000:]
-    assert any(out.rglob("*.parquet")), "no per-driver window was written"
+    assert len(alerts) >= shown + 1, output[-3000:]
 
 
 def test_direct_reader_through_a_leader_kill(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
