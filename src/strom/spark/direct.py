@@ -17,7 +17,14 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from strom.spark.fetch import BATCH_ROWS, arrow_schema, data_loss, log_end_reaching, range_in_log
+from strom.spark.fetch import (
+    BATCH_ROWS,
+    arrow_schema,
+    log_end_reaching,
+    lost_before_log_start,
+    lost_past_log_end,
+    range_in_log,
+)
 from strom.spark.options import SourceOptions
 from strom.spark.planning import OffsetRange
 
@@ -312,14 +319,12 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
             if code == OFFSET_OUT_OF_RANGE:
                 low, high = read_watermarks()
                 if start < low:
-                    data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: "
-                              f"the log now starts at {low}.", fail)
+                    lost_before_log_start(name, start, until, low, fail)
                     start = low
                     continue
+                low, high = log_end_reaching(read_watermarks, start + 1, timeout_s, name, seen=(low, high))
                 if high <= start:
-                    low, high = log_end_reaching(read_watermarks, start + 1, timeout_s, name)
-                if high <= start:
-                    data_loss(f"Offsets [{start}, {until}) of {name} are gone: the log now ends at {high}.", fail)
+                    lost_past_log_end(name, start, until, high, fail)
                     return
                 # The log holds start after all: the answer came from a leader that has just lost
                 # or taken over the partition. Ask again.
@@ -340,8 +345,7 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
                 if start >= end:
                     _, high = log_end_reaching(read_watermarks, until, timeout_s, name)
                     if high < until:
-                        data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: "
-                                  f"the log now ends at {high}.", fail)
+                        lost_past_log_end(name, start, until, high, fail)
                     if start >= min(high, until) or high < until:
                         return
                 if time.monotonic() - last_progress > timeout_s:

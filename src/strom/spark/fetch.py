@@ -60,18 +60,29 @@ def data_loss(message: str, fail: bool) -> None:
     log.warning("%s Some data may have been lost; failOnDataLoss is false, so the query goes on.", message)
 
 
+def lost_before_log_start(name: str, start: int, until: int, low: int, fail: bool) -> None:
+    """Data loss of the offsets of [start, until) below the log's start ``low``."""
+    data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
+
+
+def lost_past_log_end(name: str, start: int, until: int, high: int, fail: bool) -> None:
+    """Data loss of the offsets of [start, until) at or past the log's end ``high``."""
+    data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
+
+
 # How often a partition's end is read again while it is short of a range's end.
 END_RECHECK_S = 0.2
 
 
-def log_end_reaching(read: Callable[[], tuple[int, int]], until: int, timeout_s: float,
-                     name: str) -> tuple[int, int]:
-    """The partition's (low, high) from ``read``, read again while high is short of ``until``, for
-    up to ``timeout_s`` (kafkaConsumer.pollTimeoutMs, as long as Spark's own reader polls). A range
-    ends at a high watermark seen when it was planned; a leader that has just taken over answers
-    with its own, which its followers' next fetches raise to the old leader's, so for a moment the
-    log seems to end short of the range. Only a log that stays short is data loss."""
-    low, high = read()
+def log_end_reaching(read: Callable[[], tuple[int, int]], until: int, timeout_s: float, name: str,
+                     seen: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The partition's (low, high) from ``read`` (or ``seen``, a reading just made), read again
+    while high is short of ``until``, for up to ``timeout_s`` (kafkaConsumer.pollTimeoutMs, as long
+    as Spark's own reader polls). A range ends at a high watermark seen when it was planned; a
+    leader that has just taken over answers with its own, which its followers' next fetches raise
+    to the old leader's, so for a moment the log seems to end short of the range. Only a log that
+    stays short is data loss."""
+    low, high = seen if seen is not None else read()
     if high >= until:
         return low, high
     log.info("%s ends at %d, short of the range's end %d: waiting up to %.0f s for it", name, high, until,
@@ -90,12 +101,11 @@ def range_in_log(name: str, start: int, until: int, read: Callable[[], tuple[int
     waited for first (see `log_end_reaching`)."""
     low, high = read()
     if start < low:
-        data_loss(f"Offsets [{start}, {min(low, until)}) of {name} are gone: the log now starts at {low}.", fail)
+        lost_before_log_start(name, start, until, low, fail)
         start = low
+    _, high = log_end_reaching(read, until, timeout_s, name, seen=(low, high))
     if high < until:
-        _, high = log_end_reaching(read, until, timeout_s, name)
-    if high < until:
-        data_loss(f"Offsets [{max(high, start)}, {until}) of {name} are gone: the log now ends at {high}.", fail)
+        lost_past_log_end(name, start, until, high, fail)
         until = high
     return start, until
 
@@ -317,8 +327,7 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
                         # unless the log was truncated below the range's end.
                         _, high = log_end_reaching(read_watermarks, until, timeout_s, name)
                         if high < until:
-                            data_loss(f"Offsets [{max(high, next_offset)}, {until}) of {name} are gone: "
-                                      f"the log now ends at {high}.", fail)
+                            lost_past_log_end(name, next_offset, until, high, fail)
                         if m.offset() >= min(high, until) or high < until:
                             done = True
                             break
@@ -326,8 +335,7 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
                     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                         low, high = read_watermarks()
                         if next_offset < low:
-                            data_loss(f"Offsets [{next_offset}, {min(low, until)}) of {name} are gone: "
-                                      f"the log now starts at {low}.", fail)
+                            lost_before_log_start(name, next_offset, until, low, fail)
                             next_offset = low
                             if next_offset >= until:
                                 done = True
