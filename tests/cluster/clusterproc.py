@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from brokerproc import BrokerProcess, free_port
-from helpers import wait_until
+from helpers import RawConnection, wait_until
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -84,6 +84,7 @@ class Cluster:
         assert all(b.alive() for b in self.brokers.values()), self.logs()
         wait_until(lambda: len(self.registered()) == self.size and self.controller() in self.brokers, 20,
                    what="every broker registered and a controller elected")
+        self.wait_views_whole()
         return self
 
     def stop(self) -> None:
@@ -100,6 +101,25 @@ class Cluster:
             if not b.alive():
                 b.start(timeout=60)
         wait_until(lambda: len(self.registered()) == self.size, 30, what="every broker registered")
+        self.wait_views_whole()
+
+    def wait_views_whole(self, timeout: float = 20) -> None:
+        """Wait until every broker's Metadata lists every broker: each learns of the others through
+        its own ZooKeeper watch, a moment after ZooKeeper has them. Brokers with a secured client
+        listener are not asked (their tests check their own view)."""
+        expected = {(i, b.port) for i, b in self.brokers.items()}
+
+        def whole() -> bool:
+            for b in self.brokers.values():
+                if not b.overrides.get("listeners", "PLAINTEXT://").startswith("PLAINTEXT://"):
+                    continue
+                with RawConnection(b.bootstrap) as conn:
+                    md = conn.metadata([])
+                if {(int(n.node_id), int(n.port)) for n in md.brokers} != expected:
+                    return False
+            return True
+
+        wait_until(whole, timeout, what="every broker's Metadata listing every broker")
 
     @property
     def bootstrap(self) -> str:
