@@ -104,18 +104,20 @@ class Cluster:
         self.wait_views_whole()
 
     def wait_views_whole(self, timeout: float = 20) -> None:
-        """Wait until every broker's Metadata lists every broker: each learns of the others through
-        its own ZooKeeper watch, a moment after ZooKeeper has them. Brokers with a secured client
-        listener are not asked (their tests check their own view)."""
+        """Wait until every broker's Metadata lists every broker and names the controller: each
+        learns of them through its own ZooKeeper watch, a moment after ZooKeeper has them. Brokers
+        with a secured client listener are not asked (their tests check their own view)."""
         expected = {(i, b.port) for i, b in self.brokers.items()}
 
         def whole() -> bool:
+            controller = self.controller()
             for b in self.brokers.values():
                 if not b.overrides.get("listeners", "PLAINTEXT://").startswith("PLAINTEXT://"):
                     continue
                 with RawConnection(b.bootstrap) as conn:
                     md = conn.metadata([])
-                if {(int(n.node_id), int(n.port)) for n in md.brokers} != expected:
+                if {(int(n.node_id), int(n.port)) for n in md.brokers} != expected \
+                        or int(md.controller_id) != controller:
                     return False
             return True
 
