@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from brokerproc import BrokerProcess
 from clusterproc import Cluster
 from conftest import unique
 from helpers import RawConnection, confluent_produce, ms, request_class, wait_until
@@ -72,6 +73,42 @@ def test_create_partitions_places_replicas_and_takes_writes(cluster: Cluster) ->
     delivered = confluent_produce(cluster.bootstrap, topic, [{"value": b"p%d" % p, "partition": p} for p in range(5)],
                                   {"acks": "all"})
     assert sorted(d.partition for d in delivered) == [0, 1, 2, 3, 4]
+
+
+def test_metadata_auto_creates_one_replicated_topic(cluster: Cluster) -> None:
+    """Metadata with auto-creation sent to every broker at once: one topic is created, replicated
+    by default.replication.factor, each broker answering LEADER_NOT_AVAILABLE until it knows the
+    leaders (as Kafka does), and a producer that relies on auto-creation gets its records through."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    topic = unique("auto")
+
+    def ask(b: BrokerProcess) -> int:
+        with RawConnection(b.bootstrap) as conn:
+            return int(conn.metadata([topic], auto_create=True).topics[0].error_code)
+
+    with ThreadPoolExecutor(3) as pool:
+        first = list(pool.map(ask, cluster.brokers.values()))
+    assert set(first) <= {0, 5}, first  # none, LEADER_NOT_AVAILABLE
+    def ids() -> set[object] | None:
+        seen = set()
+        for b in cluster.brokers.values():
+            with RawConnection(b.bootstrap) as conn:
+                t = conn.metadata([topic]).topics[0]
+            if int(t.error_code) != 0 or int(t.partitions[0].leader_id) < 0:
+                return None
+            seen.add(t.topic_id)
+        return seen
+
+    assert len(wait_until(ids, 15, what="every broker leading or following the topic")) == 1
+    replicas = cluster.replicas(topic)
+    assert sorted(replicas) == [0] and len(set(replicas[0])) == 3  # num.partitions 1, RF 3
+
+    fresh = unique("auto-produce")  # a producer's own Metadata creates this one
+    delivered = confluent_produce(cluster.bootstrap, fresh, [{"value": b"v%d" % i} for i in range(20)],
+                                  {"acks": "all"})
+    assert [d.offset for d in delivered] == list(range(20))
+    assert len(set(cluster.replicas(fresh)[0])) == 3
 
 
 def test_min_insync_replicas_refuses_acks_all_below_it(cluster: Cluster) -> None:

@@ -264,11 +264,26 @@ class TopicManager:
         for line in no_effect_warnings(configs, TOPIC_DEFS, f"topic {name}"):
             log.warning("%s", line)
 
-    def get_or_auto_create(self, name: str) -> TopicInfo | None:
-        topic = self.broker.metadata.get_topic(name)
-        if topic is None and self.broker.config.auto_create_topics_enable and name not in self._in_flight:
-            topic = self.create(name)
-        return topic
+    def start_auto_create(self, name: str) -> None:
+        """Metadata's auto-creation in a cluster, as Kafka's: validated now, written to ZooKeeper in
+        a thread with the name reserved until its leaders are known (Metadata answers
+        LEADER_NOT_AVAILABLE meanwhile and the client asks again); the loop never waits on
+        ZooKeeper. Raises TopicError when the topic is invalid."""
+        assert self.broker.cluster is not None
+        store = self.broker.cluster.store
+        partitions, rf, configs = self._resolve(None, None, None)
+        self.validate_new(name, partitions, rf, configs)
+
+        async def write() -> None:
+            try:
+                await store.run(self._create_in_cluster, name, uuid.uuid4(), partitions, rf, configs, False)
+            except TopicError as e:  # nobody waits for the answer: the next Metadata tells the client
+                if e.error_code != TOPIC_ALREADY_EXISTS:
+                    log.warning("could not auto-create topic %s: %s", name, e)
+                return
+            await self.wait_for_leaders(name, range(partitions))  # still reserved: no second attempt
+
+        self._reserve(name, write)
 
     async def add_partitions(self, name: str, total: int) -> None:
         """Grow the topic to ``total`` partitions, the new logs made in a thread. Changes to one
@@ -325,6 +340,10 @@ class TopicManager:
     async def _run_reserved(self, name: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` with ``name`` reserved, as a task of its own: a caller that is cancelled
         does not stop it half way (``asyncio.shield``)."""
+        return await asyncio.shield(self._reserve(name, work))
+
+    def _reserve(self, name: str, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        """Reserve ``name`` now and run ``work`` in a task that frees it when done."""
         done = self._in_flight[name] = asyncio.Event()
 
         async def run() -> T:
@@ -334,7 +353,7 @@ class TopicManager:
                 del self._in_flight[name]
                 done.set()
 
-        return await asyncio.shield(self.broker.spawn(run()))
+        return self.broker.spawn(run())
 
     async def _make_logs(self, name: str, new: NewLogs) -> None:
         lm = self.broker.log_manager

@@ -148,6 +148,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                         topics.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
                         continue
                     try:
+                        if broker.cluster is not None:
+                            broker.topics.start_auto_create(name)
+                            topics.append({"error_code": LEADER_NOT_AVAILABLE, "name": name, "partitions": []})
+                            continue
                         topic = broker.topics.create(name)
                     except TopicError as e:
                         topics.append({"error_code": e.error_code, "name": name, "partitions": []})
