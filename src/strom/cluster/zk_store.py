@@ -90,6 +90,7 @@ class ZkMetadataStore(TopicLookups):
         self._lock = threading.Lock()  # guards the two "watched" sets, touched from kazoo's thread too
         self._registration: BrokerRegistration | None = None
         self._lost = False
+        self._closing = False
         self._pid_next = 0
         self._pid_end = -1
 
@@ -139,6 +140,7 @@ class ZkMetadataStore(TopicLookups):
             boot.close()
 
     def close(self) -> None:
+        self._closing = True  # kazoo reports its own stop as a lost session: not a warning then
         try:
             self.zk.stop()
             self.zk.close()
@@ -150,7 +152,10 @@ class ZkMetadataStore(TopicLookups):
         the broker registers again and the controller election runs again."""
         if state == KazooState.LOST:
             self._lost = True
-            log.warning("ZooKeeper session expired")
+            if self._closing:
+                log.info("ZooKeeper session closed")
+            else:
+                log.warning("ZooKeeper session expired")
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
             self._post(ClusterEvent("session"))
