@@ -288,6 +288,33 @@ def test_reader_option_and_fallbacks(broker: BrokerProcess) -> None:
     assert batch.column("headers").to_pylist() == [[{"key": "h", "value": b"x"}]]
 
 
+def test_end_of_partition_in_the_same_batch_as_records(broker: BrokerProcess) -> None:
+    """librdkafka may hand the end-of-partition event in the same consume() batch as the last
+    records (it did under load): the consumer reader reads the range whole."""
+    from confluent_kafka import Consumer, KafkaError, Message
+
+    b = broker.bootstrap
+    create_topic(b, "d-eof", 1)
+    produce(b, [{"topic": "d-eof", "value": f"v{i}".encode()} for i in range(5)])
+
+    class EofWithRecords:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            self.consumer = Consumer(conf)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.consumer, name)
+
+        def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+            msgs = self.consumer.consume(num_messages, timeout)
+            if msgs and msgs[-1].error() is None:
+                msgs.append(Message(topic="d-eof", partition=0, offset=msgs[-1].offset() + 1,
+                                    error=KafkaError(KafkaError._PARTITION_EOF)))
+            return msgs
+
+    batches = list(fetch.read_range(_options(b, "d-eof"), OffsetRange("d-eof", 0, 0, 5), consumer_factory=EofWithRecords))
+    assert [v for batch in batches for v in batch.column("value").to_pylist()] == [f"v{i}".encode() for i in range(5)]
+
+
 # --- the kernel alone, fuzzed ---------------------------------------------------------------------
 
 def _valid_buffer(seed: int) -> bytes:

@@ -308,7 +308,8 @@ def _read_columns(options: SourceOptions, r: OffsetRange, batch_rows: int,
                         f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms} (range ends at {until})")
                 continue
             last_progress = time.monotonic()
-            if list(map(Message.error, msgs)).count(None) == len(msgs) and msgs[-1].offset() < until:
+            # Truth, not ==: confluent-kafka's KafkaError == None raises inside C (a SystemError).
+            if not any(map(Message.error, msgs)) and msgs[-1].offset() < until:
                 # The common case, records only and all inside the range: column by column.
                 cols.add_all(msgs)
                 next_offset = msgs[-1].offset() + 1
