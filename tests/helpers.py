@@ -301,6 +301,17 @@ def confluent_admin(bootstrap: str) -> Any:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
 
 
+def create_topic_code(admin: Any, topic: Any, validate_only: bool = False) -> int:
+    """CreateTopics of one NewTopic through confluent-kafka's AdminClient: 0, or Kafka's error code."""
+    from confluent_kafka import KafkaException
+
+    try:
+        admin.create_topics([topic], validate_only=validate_only, request_timeout=15)[topic.topic].result(30)
+    except KafkaException as e:
+        return int(e.args[0].code())
+    return 0
+
+
 def create_topics(bootstrap: str, topics: dict[str, int], configs: dict[str, str] | None = None) -> None:
     """Create topics with confluent-kafka's AdminClient and wait until metadata shows them."""
     from confluent_kafka.admin import NewTopic

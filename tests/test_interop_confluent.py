@@ -3,6 +3,7 @@ idempotence."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 
@@ -13,6 +14,7 @@ from helpers import (
     confluent_admin,
     confluent_consume,
     confluent_produce,
+    create_topic_code,
     create_topics,
     java_partition,
     librdkafka_consistent_partition,
@@ -130,6 +132,23 @@ def test_produce_consume_seek(module_broker, partitioner: str) -> None:
             values += [m.value() for m in confluent_consume(bs, topic, [tp.partition], n, start=tp.offset)]
             total += n
     assert sorted(values) == want and total == len(want)
+
+
+def test_create_topics_validate_only_and_replica_assignments(module_broker) -> None:
+    """One broker: validate_only creates nothing; a replication factor above 1 and an assignment
+    naming another broker are refused with Kafka's codes; an assignment of this broker is used."""
+    admin = confluent_admin(module_broker.bootstrap)
+
+    code = functools.partial(create_topic_code, admin)
+
+    assert code(NewTopic("validated", 2, 1), validate_only=True) == 0
+    assert "validated" not in admin.list_topics(timeout=10).topics
+    assert code(NewTopic("rf2", 1, 2), validate_only=True) == KafkaError.INVALID_REPLICATION_FACTOR
+    assert code(NewTopic("rf2", 1, 2)) == KafkaError.INVALID_REPLICATION_FACTOR
+    assert code(NewTopic("elsewhere", 2, replica_assignment=[[0], [5]])) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert code(NewTopic("assigned", 2, replica_assignment=[[0], [0]])) == 0
+    assert len(admin.list_topics("assigned", timeout=10).topics["assigned"].partitions) == 2
+    assert not {"rf2", "elsewhere"} & set(admin.list_topics(timeout=10).topics)
 
 
 def test_admin_create_describe_partitions_delete(module_broker) -> None:

@@ -3,13 +3,14 @@ every client sees the brokers, leaders, replicas and ISR."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import time
 
 import pytest
 from clusterproc import Cluster, wait_replicas_identical
 from conftest import unique
-from helpers import confluent_consume, confluent_produce
+from helpers import confluent_consume, confluent_produce, create_topic_code
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,6 +44,27 @@ def test_too_few_brokers_is_invalid_replication_factor(cluster: Cluster) -> None
     with pytest.raises(KafkaException) as info:
         _create(cluster, unique("rf4"), 1, rf=4)
     assert info.value.args[0].name() == "INVALID_REPLICATION_FACTOR"
+
+
+def test_validate_only_and_replica_assignments_against_the_live_brokers(cluster: Cluster) -> None:
+    """CreateTopics checks replication factors and explicit assignments against the registered
+    brokers: validate_only creates nothing, an unknown or repeated broker is refused, a valid
+    assignment is what ZooKeeper holds."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    code = functools.partial(create_topic_code, admin)
+
+    validated, unknown, repeated, placed = (unique(n) for n in ("validated", "unknown", "repeated", "placed"))
+    assert code(NewTopic(validated, 2, 3), validate_only=True) == 0
+    assert code(NewTopic(validated, 2, 4), validate_only=True) == KafkaError.INVALID_REPLICATION_FACTOR
+    assert code(NewTopic(unknown, 1, replica_assignment=[[1, 9]])) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert code(NewTopic(repeated, 1, replica_assignment=[[2, 2]])) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert code(NewTopic(placed, 2, replica_assignment=[[3, 1], [2, 3]])) == 0
+    assert cluster.replicas(placed) == {0: [3, 1], 1: [2, 3]}
+    assert not {validated, unknown, repeated} & set(admin.list_topics(timeout=10).topics)
 
 
 def test_clients_see_the_cluster(cluster: Cluster) -> None:

@@ -101,6 +101,9 @@ class TopicManager:
                 plog.config = cfg
 
     def validate_new(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
+        """Everything a new topic must pass that this broker knows without asking ZooKeeper. In a
+        cluster the replication factor is checked against the live brokers where ZooKeeper is read:
+        in the creation's thread, or ``validate_async``, or the watched view for auto-creation."""
         from strom.config import ConfigError, validate_topic_configs
 
         try:
@@ -113,26 +116,27 @@ class TopicManager:
             raise TopicError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if replication_factor <= 0:
             raise TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        brokers = self._broker_count(replication_factor)
-        if replication_factor > brokers:
-            raise TopicError(INVALID_REPLICATION_FACTOR,
-                             f"Replication factor: {replication_factor} larger than available brokers: {brokers}.")
+        if self.broker.cluster is None:
+            _refuse_replication_factor(replication_factor, 1)
         try:
             validate_topic_configs(configs)
         except ConfigError as e:
             raise TopicError(INVALID_CONFIG, str(e)) from None
 
-    def _broker_count(self, wanted: int) -> int:
-        """How many brokers a new topic can use: ZooKeeper's own list when the watched view is short
-        of ``wanted`` (a broker that just registered), so the answer is never a stale refusal."""
+    async def validate_async(self, name: str, partitions: int, replication_factor: int,
+                             configs: dict[str, str]) -> None:
+        """CreateTopics' validate_only: ``validate_new`` plus, in a cluster, the replication factor
+        against the live brokers (ZooKeeper's own list, read in a thread, when the watched view is
+        short: a broker that registered a moment ago is not refused)."""
+        self.validate_new(name, partitions, replication_factor, configs)
         cluster = self.broker.cluster
         if cluster is None:
-            return 1
+            return
         count = len(cluster.store.brokers)
-        if count < wanted:
+        if count < replication_factor:
             with contextlib.suppress(ZooKeeperUnavailable):
-                count = len(cluster.store.live_brokers_in_zookeeper())
-        return count
+                count = len(await cluster.store.run(cluster.store.live_brokers_in_zookeeper))
+        _refuse_replication_factor(replication_factor, count)
 
     def _resolve(self, partitions: int | None, replication_factor: int | None,
                  configs: dict[str, str] | None) -> tuple[int, int, dict[str, str]]:
@@ -166,7 +170,9 @@ class TopicManager:
         self.validate_new(name, partitions, rf, configs)
         topic_id = uuid.uuid4()
         if assignment is not None:
-            self._check_assignment(assignment, rf)
+            _check_assignment(assignment, rf)
+            if self.broker.cluster is None:
+                _refuse_unknown_brokers(assignment, {self.broker.config.broker_id})
         if self.broker.cluster is not None:
             store = self.broker.cluster.store
 
@@ -186,24 +192,6 @@ class TopicManager:
 
         return await self._run_reserved(name, finish)
 
-    def _check_assignment(self, assignment: dict[int, list[int]], rf: int) -> None:
-        """A replica assignment given in CreateTopics: partitions 0..n-1, the same number of
-        distinct, registered brokers for each (Kafka's INVALID_REPLICA_ASSIGNMENT otherwise)."""
-        cluster = self.broker.cluster
-        known = set(cluster.store.brokers) if cluster is not None else {self.broker.config.broker_id}
-        if cluster is not None and not known.issuperset(b for bs in assignment.values() for b in bs):
-            with contextlib.suppress(ZooKeeperUnavailable):  # a broker that registered a moment ago
-                known = set(cluster.store.live_brokers_in_zookeeper())
-        if sorted(assignment) != list(range(len(assignment))):
-            raise TopicError(INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered 0 to n-1 in the assignment.")
-        for p, brokers in assignment.items():
-            if len(brokers) != rf or len(set(brokers)) != len(brokers):
-                raise TopicError(INVALID_REPLICA_ASSIGNMENT,
-                                 f"Partition {p} must have {rf} distinct replicas, has {brokers}.")
-            unknown = [b for b in brokers if b not in known]
-            if unknown:
-                raise TopicError(INVALID_REPLICA_ASSIGNMENT, f"Unknown broker ids {unknown} in the assignment.")
-
     def replication_factor(self, name: str) -> int:
         cluster = self.broker.cluster
         if cluster is None:
@@ -215,13 +203,17 @@ class TopicManager:
                            configs: dict[str, str], internal: bool,
                            assignment: dict[int, list[int]] | None = None) -> TopicInfo:
         """Write the assignment to ZooKeeper; the controller elects the leaders and the brokers
-        holding replicas make the logs. Kafka's placement over the live brokers (rack-aware)."""
+        holding replicas make the logs. Kafka's placement over the live brokers (rack-aware), read
+        from ZooKeeper itself: the watch may not yet have delivered a broker that just registered."""
         from strom.cluster.assignment import AssignmentError, assign_replicas
 
         assert self.broker.cluster is not None
         store = self.broker.cluster.store
         try:
-            replicas = assignment or assign_replicas(store.live_brokers_in_zookeeper(), partitions, rf)
+            live = store.live_brokers_in_zookeeper()
+            if assignment is not None:
+                _refuse_unknown_brokers(assignment, set(live))
+            replicas = assignment or assign_replicas(live, partitions, rf)
         except AssignmentError as e:
             raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
         except ZooKeeperUnavailable as e:  # retriable: the client tries again
@@ -273,6 +265,8 @@ class TopicManager:
         store = self.broker.cluster.store
         partitions, rf, configs = self._resolve(None, None, None)
         self.validate_new(name, partitions, rf, configs)
+        # The watched view only: a stale refusal costs nothing, the client asks again.
+        _refuse_replication_factor(rf, len(store.brokers))
 
         async def write() -> None:
             try:
@@ -394,3 +388,26 @@ class TopicManager:
 
     def partition_log(self, name: str, partition: int) -> PartitionLog | None:
         return self.broker.log_manager.get_log(name, partition)
+
+
+def _refuse_replication_factor(replication_factor: int, brokers: int) -> None:
+    if replication_factor > brokers:
+        raise TopicError(INVALID_REPLICATION_FACTOR,
+                         f"Replication factor: {replication_factor} larger than available brokers: {brokers}.")
+
+
+def _check_assignment(assignment: dict[int, list[int]], rf: int) -> None:
+    """A replica assignment given in CreateTopics: partitions 0..n-1, the same number of distinct
+    brokers for each (Kafka's INVALID_REPLICA_ASSIGNMENT otherwise)."""
+    if sorted(assignment) != list(range(len(assignment))):
+        raise TopicError(INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered 0 to n-1 in the assignment.")
+    for p, brokers in assignment.items():
+        if len(brokers) != rf or len(set(brokers)) != len(brokers):
+            raise TopicError(INVALID_REPLICA_ASSIGNMENT,
+                             f"Partition {p} must have {rf} distinct replicas, has {brokers}.")
+
+
+def _refuse_unknown_brokers(assignment: dict[int, list[int]], known: set[int]) -> None:
+    unknown = sorted({b for brokers in assignment.values() for b in brokers} - known)
+    if unknown:
+        raise TopicError(INVALID_REPLICA_ASSIGNMENT, f"Unknown broker ids {unknown} in the assignment.")

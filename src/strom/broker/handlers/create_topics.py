@@ -64,7 +64,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             if validate_only:
                 p = broker.config.num_partitions if partitions == -1 else partitions
                 r = broker.config.default_replication_factor if rf == -1 else rf
-                broker.topics.validate_new(t.name, p, r, configs)
+                await broker.topics.validate_async(t.name, p, r, configs)
                 entry.update(num_partitions=p, replication_factor=r, configs=config_entries(broker, configs))
             else:
                 info = await broker.topics.create_async(t.name, partitions, rf, configs, assignment=assignment)
