@@ -275,6 +275,9 @@ class TopicManager:
                 if e.error_code != TOPIC_ALREADY_EXISTS:
                     log.warning("could not auto-create topic %s: %s", name, e)
                 return
+            except Exception:  # e.g. a connection loss kazoo raises as it is: logged, not lost in a task
+                log.exception("could not auto-create topic %s", name)
+                return
             await self.wait_for_leaders(name, range(partitions))  # still reserved: no second attempt
 
         self._reserve(name, write)
