@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from strom.cluster import zk_layout as zl
@@ -91,6 +91,7 @@ class ZkMetadataStore(TopicLookups):
         self._registration: BrokerRegistration | None = None
         self._lost = False
         self._closing = False
+        self._brokers_stale = False  # a registration read failed: read them all again on reconnect
         self._pid_next = 0
         self._pid_end = -1
 
@@ -159,6 +160,9 @@ class ZkMetadataStore(TopicLookups):
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
             self._post(ClusterEvent("session"))
+        if state == KazooState.CONNECTED and self._brokers_stale:
+            self._brokers_stale = False
+            self.zk.handler.spawn(self._reread_brokers)  # no blocking calls in a state listener
 
     @property
     def connected(self) -> bool:
@@ -198,14 +202,18 @@ class ZkMetadataStore(TopicLookups):
         regs: dict[int, BrokerRegistration] = {}
         for child in children:
             try:
-                data, stat = self.zk.get(f"{zl.BROKER_IDS}/{child}")
+                data, stat = self.zk.retry(self.zk.get, f"{zl.BROKER_IDS}/{child}")
             except NoNodeError:
                 continue
             regs[int(child)] = zl.decode_broker(int(child), data, stat.czxid)
         return regs
 
     def _brokers_changed(self, children: list[str]) -> None:
-        regs = self._registrations(children)
+        try:
+            regs = self._registrations(children)
+        except KazooException as e:
+            self._brokers_unread(e)
+            return
 
         def update() -> None:
             now = time.monotonic()
@@ -217,6 +225,21 @@ class ZkMetadataStore(TopicLookups):
             self.brokers = regs
 
         self._post(ClusterEvent("brokers"), update)
+
+    def _reread_brokers(self) -> None:
+        try:
+            children = self.zk.retry(self.zk.get_children, zl.BROKER_IDS)
+        except KazooException as e:
+            self._brokers_unread(e)
+            return
+        self._brokers_changed(children)
+
+    def _brokers_unread(self, e: Exception) -> None:
+        # kazoo calls the watch again only when the list of ids changes: without a read on
+        # reconnect the broker would keep an old view of who is alive.
+        if not self._closing:
+            log.warning("could not read the broker registrations (%r): reading them again on reconnect", e)
+            self._brokers_stale = True
 
     def recently_departed(self, within_s: float) -> list[BrokerRegistration]:
         """Brokers whose registration vanished less than ``within_s`` ago (oldest forgotten)."""
