@@ -46,6 +46,17 @@ class ClusterBroker(BrokerProcess):
         return super().stop(timeout)
 
 
+def _plaintext_at(b: BrokerProcess) -> bool:
+    """Whether the listener on the broker's client port speaks PLAINTEXT."""
+    protocols = dict(pair.split(":", 1) for pair in b.overrides.get("listener.security.protocol.map", "").split(",")
+                     if pair)
+    for listener in b.overrides.get("listeners", f"PLAINTEXT://127.0.0.1:{b.port}").split(","):
+        name, _, address = listener.partition("://")
+        if address.rsplit(":", 1)[-1] == str(b.port):
+            return protocols.get(name, name) == "PLAINTEXT"
+    return False
+
+
 class Cluster:
     """``broker_settings(broker id, client port)`` may add settings per broker (listeners, a
     zookeeper.connect through a proxy); they win over ``overrides``. The client port stays what
@@ -112,7 +123,7 @@ class Cluster:
         def whole() -> bool:
             controller = self.controller()
             for b in self.brokers.values():
-                if not b.overrides.get("listeners", "PLAINTEXT://").startswith("PLAINTEXT://"):
+                if not _plaintext_at(b):
                     continue
                 with RawConnection(b.bootstrap) as conn:
                     md = conn.metadata([])
