@@ -46,18 +46,21 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "strom.cli.main", "broker"]
-        if self.config_file is not None:
-            cmd += ["--config", str(self.config_file)]
-        settings = {
+    def settings(self) -> dict[str, str]:
+        """The broker's --override settings: the tests' defaults, then ``overrides``."""
+        return {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir),
             "group.initial.rebalance.delay.ms": "0",
             "admin.listeners": "http://127.0.0.1:0",  # no clash on 8090 between test brokers
+            **self.overrides,
         }
-        settings.update(self.overrides)
-        for k, v in settings.items():
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "strom.cli.main", "broker"]
+        if self.config_file is not None:
+            cmd += ["--config", str(self.config_file)]
+        for k, v in self.settings().items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
 

@@ -47,14 +47,13 @@ class ClusterBroker(BrokerProcess):
 
 
 def _plaintext_at(b: BrokerProcess) -> bool:
-    """Whether the listener on the broker's client port speaks PLAINTEXT."""
-    protocols = dict(pair.split(":", 1) for pair in b.overrides.get("listener.security.protocol.map", "").split(",")
-                     if pair)
-    for listener in b.overrides.get("listeners", f"PLAINTEXT://127.0.0.1:{b.port}").split(","):
-        name, _, address = listener.partition("://")
-        if address.rsplit(":", 1)[-1] == str(b.port):
-            return protocols.get(name, name) == "PLAINTEXT"
-    return False
+    """Whether the listener on the broker's client port speaks PLAINTEXT (read as the broker reads
+    its settings)."""
+    from strom.config import BrokerConfig
+
+    cfg = BrokerConfig.load(None, b.settings())
+    return any(ls.port == b.port and cfg.listener_security_protocol_map.get(ls.name) == "PLAINTEXT"
+               for ls in cfg.listeners)
 
 
 class Cluster:
