@@ -213,6 +213,16 @@ def test_clients_are_told_their_own_listener(cluster: Cluster, network: Network)
     assert {b: (m.host, m.port) for b, m in md.brokers.items()} == client_addresses
 
 
+def _wait_dropped(cluster: Cluster, others: list[int], old: int, topic: str) -> None:
+    """The others list a departed leader for a few seconds more (DEPARTED_BROKER_GRACE_S): a
+    producer that is to know only them starts once they have dropped it. Met there, a cut-off
+    leader that still names itself leader would hold such a producer's writes."""
+    for b in others:
+        with RawConnection(cluster.brokers[b].bootstrap) as conn:
+            wait_until(lambda c=conn: old not in {int(x.node_id) for x in c.metadata([topic]).brokers},
+                       10, interval=0.1, what=f"broker {b} to drop the old leader from Metadata")
+
+
 def test_isolated_leader_acknowledges_nothing_and_truncates_after_healing(cluster: Cluster,
                                                                            network: Network) -> None:
     topic = unique("isolated")
@@ -233,12 +243,7 @@ def test_isolated_leader_acknowledges_nothing_and_truncates_after_healing(cluste
             cut_at = time.monotonic()
             new = cluster.wait_leader(topic, 0, not_in={old}, timeout=ELECTION_WITHIN_S + 10)
             elected_after = time.monotonic() - cut_at
-            # The others list the old leader for a few seconds more (DEPARTED_BROKER_GRACE_S); the
-            # survivor producer below must not meet it there, so it starts once they have dropped it.
-            for b in others:
-                with RawConnection(cluster.brokers[b].bootstrap) as conn:
-                    wait_until(lambda c=conn: old not in {int(x.node_id) for x in c.metadata([topic]).brokers},
-                               10, interval=0.1, what=f"broker {b} to drop the old leader from Metadata")
+            _wait_dropped(cluster, others, old, topic)
             # The new leader takes acks=all writes meanwhile (its ISR is the two others): a producer
             # that knows only them (the old leader's registration is gone) gets acknowledgements.
             # ``producer`` may not: librdkafka asks the broker it last sent to for metadata, and the
@@ -287,6 +292,7 @@ def test_leader_cut_from_zookeeper_only_loses_nothing(cluster: Cluster, network:
             cut_at = time.monotonic()
             cluster.wait_leader(topic, 0, not_in={old}, timeout=ELECTION_WITHIN_S + 10)
             elected_at = time.monotonic()
+            _wait_dropped(cluster, others, old, topic)
             with StreamingProducer(cluster, topic, rate_per_s=200, prefix=b"s",
                                    bootstrap=",".join(cluster.brokers[b].bootstrap for b in others)) as survivor:
                 wait_until(lambda: survivor.acks.count() > 100, 30, what="acks from the new leader during the cut")
