@@ -113,7 +113,12 @@ class Result:
         return f"{self.test}: {what} in {self.duration:.1f}s{extra}"
 
     def tail(self, lines: int = 80) -> str:
-        return "\n".join(self.output.splitlines()[-lines:])
+        # The runner's once-a-second "N test(s) running" line would fill the tail of a test that hangs.
+        kept = [ln for ln in self.output.splitlines() if not _STATUS_LINE.search(ln)]
+        return "\n".join(kept[-lines:])
+
+
+_STATUS_LINE = re.compile(r"^\[<MAIN>\s+/\s*[\d.]+s\] \d+ test\(s\) running")
 
 
 def _read_report(path: Path) -> dict[str, str]:
