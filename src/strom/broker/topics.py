@@ -257,26 +257,51 @@ class TopicManager:
             log.warning("%s", line)
 
     def start_auto_create(self, name: str) -> None:
-        """Metadata's auto-creation in a cluster, as Kafka's: validated now, written to ZooKeeper in
-        a thread with the name reserved until its leaders are known (Metadata answers
-        LEADER_NOT_AVAILABLE meanwhile and the client asks again); the loop never waits on
-        ZooKeeper. Raises TopicError when the topic is invalid."""
+        """Metadata's auto-creation in a cluster, as Kafka's: see ``_start_create``. Metadata
+        answers LEADER_NOT_AVAILABLE meanwhile and the client asks again."""
+        partitions, rf, configs = self._resolve(None, None, None)
+        self._start_create(name, partitions, rf, configs, internal=False)
+
+    def ensure_internal(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> bool:
+        """An internal topic (__consumer_offsets, __transaction_state), made on first use as Kafka
+        makes it; True once it exists. On one broker it is made now (a few small files). In a
+        cluster its creation starts in the background and False says it is under way: the
+        coordinator lookup answers COORDINATOR_NOT_AVAILABLE and the client asks again. Raises
+        TopicError when it cannot be made (fewer live brokers than its replication factor)."""
+        if self.broker.metadata.get_topic(name) is not None:
+            return True
+        if self.broker.cluster is None:
+            try:
+                self.create(name, partitions, replication_factor, configs, internal=True)
+            except TopicError as e:  # a CreateTopics of the same name is making it
+                if e.error_code != TOPIC_ALREADY_EXISTS:
+                    raise
+                return False
+            return True
+        if name not in self._in_flight:
+            self._start_create(name, partitions, replication_factor, configs, internal=True)
+        return False
+
+    def _start_create(self, name: str, partitions: int, rf: int, configs: dict[str, str], internal: bool) -> None:
+        """A creation in a cluster that nobody waits for: validated now, written to ZooKeeper in a
+        thread with the name reserved until its leaders are known, so the loop never waits on
+        ZooKeeper and brokers asked at once do not race each other. Raises TopicError when the
+        topic is invalid."""
         assert self.broker.cluster is not None
         store = self.broker.cluster.store
-        partitions, rf, configs = self._resolve(None, None, None)
         self.validate_new(name, partitions, rf, configs)
         # The watched view only: a stale refusal costs nothing, the client asks again.
         _refuse_replication_factor(rf, len(store.brokers))
 
         async def write() -> None:
             try:
-                await store.run(self._create_in_cluster, name, uuid.uuid4(), partitions, rf, configs, False)
-            except TopicError as e:  # nobody waits for the answer: the next Metadata tells the client
+                await store.run(self._create_in_cluster, name, uuid.uuid4(), partitions, rf, configs, internal)
+            except TopicError as e:  # nobody waits for the answer: the client's next request learns it
                 if e.error_code != TOPIC_ALREADY_EXISTS:
-                    log.warning("could not auto-create topic %s: %s", name, e)
+                    log.warning("could not create topic %s: %s", name, e)
                 return
             except Exception:  # e.g. a connection loss kazoo raises as it is: logged, not lost in a task
-                log.exception("could not auto-create topic %s", name)
+                log.exception("could not create topic %s", name)
                 return
             await self.wait_for_leaders(name, range(partitions))  # still reserved: no second attempt
 

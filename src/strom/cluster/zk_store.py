@@ -18,12 +18,19 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.retry import KazooRetry
 
 from strom.cluster import zk_layout as zl
@@ -40,6 +47,16 @@ log = logging.getLogger("strom.cluster")
 
 T = TypeVar("T")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@contextlib.contextmanager
+def _lost_is_unavailable() -> Iterator[None]:
+    """The connection lost during a call (the link cut or hung) is what ZooKeeperUnavailable says:
+    the caller answers a retriable error instead of an unknown one."""
+    try:
+        yield
+    except (ConnectionLoss, SessionExpiredError) as e:
+        raise ZooKeeperUnavailable(f"lost the ZooKeeper connection ({type(e).__name__})") from e
 
 
 @dataclass(frozen=True)
@@ -394,7 +411,8 @@ class ZkMetadataStore(TopicLookups):
         """The registered brokers read from ZooKeeper itself, as Kafka's topic creation reads them:
         the watch may not yet have delivered a broker that registered a moment ago."""
         self._require_connection()
-        return {b: r.rack for b, r in self._registrations(self.zk.get_children(zl.BROKER_IDS)).items()}
+        with _lost_is_unavailable():
+            return {b: r.rack for b, r in self._registrations(self.zk.get_children(zl.BROKER_IDS)).items()}
 
     def state(self, topic: str, partition: int) -> PartitionState | None:
         return self.states.get((topic, partition))
@@ -411,11 +429,12 @@ class ZkMetadataStore(TopicLookups):
         """Blocking: the config node first, then the topic node (what the controller watches)."""
         self._require_connection()
         data = zl.encode_config(dict(configs))
-        try:
-            self.zk.create(zl.topic_config_path(name), data, makepath=True)
-        except NodeExistsError:
-            self.zk.set(zl.topic_config_path(name), data)
-        self.zk.create(zl.topic_path(name), zl.encode_topic(TopicAssignment(name, topic_id, replicas, {}, {})))
+        with _lost_is_unavailable():
+            try:
+                self.zk.create(zl.topic_config_path(name), data, makepath=True)
+            except NodeExistsError:
+                self.zk.set(zl.topic_config_path(name), data)
+            self.zk.create(zl.topic_path(name), zl.encode_topic(TopicAssignment(name, topic_id, replicas, {}, {})))
 
     def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> None:
         """Blocking: extend the topic's assignment (compare-and-set on the topic node)."""

@@ -195,22 +195,15 @@ class GroupCoordinatorRuntime:
         await replay_partition(plog, on_batch)
         return count
 
-    def _ensure_topic(self) -> None:
-        from strom.broker.topics import TOPIC_ALREADY_EXISTS, TopicError
-
-        if self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME) is not None:
-            return
+    def _ensure_topic(self) -> bool:
+        """__consumer_offsets exists (True), or its creation is under way (False, in a cluster)."""
         cfg = self.broker.config
         configs = {"cleanup.policy": "compact"}
         segment_bytes = getattr(cfg, "offsets_topic_segment_bytes", None)
         if segment_bytes:
             configs["segment.bytes"] = str(segment_bytes)
         rf = int(getattr(cfg, "offsets_topic_replication_factor", 1)) if self.broker.replicas is not None else 1
-        try:
-            self.broker.topics.create(GROUP_METADATA_TOPIC_NAME, self.num_partitions, rf, configs, internal=True)
-        except TopicError as e:
-            if e.error_code != TOPIC_ALREADY_EXISTS:  # another broker made it first: fine
-                raise
+        return self.broker.topics.ensure_internal(GROUP_METADATA_TOPIC_NAME, self.num_partitions, rf, configs)
 
     # ------------------------------------------------------------------ running operations
 
@@ -358,9 +351,10 @@ class GroupCoordinatorRuntime:
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[ListedGroup]:
         return self.shard.list_groups(states, types)
 
-    def find_coordinator(self) -> None:
-        """FindCoordinator for a group: like Kafka, this is when __consumer_offsets gets created."""
-        self._ensure_topic()
+    def find_coordinator(self) -> bool:
+        """FindCoordinator for a group: like Kafka, this is when __consumer_offsets gets created.
+        False while it is being created."""
+        return self._ensure_topic()
 
 
 def coordinator_of(broker: Any) -> GroupCoordinatorRuntime | None:

@@ -104,25 +104,18 @@ class TransactionCoordinatorRuntime:
             return E.none
         return self.leadership.error_for(self.partition_for(transactional_id))
 
-    def find_coordinator(self) -> None:
-        """FindCoordinator for a transactional id: like Kafka, when __transaction_state gets created."""
-        self._ensure_topic()
+    def find_coordinator(self) -> bool:
+        """FindCoordinator for a transactional id: like Kafka, when __transaction_state gets
+        created. False while it is being created."""
+        return self._ensure_topic()
 
-    def _ensure_topic(self) -> None:
-        from strom.broker.topics import TOPIC_ALREADY_EXISTS, TopicError
-
-        if self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
-            return
+    def _ensure_topic(self) -> bool:
         cfg = self.broker.config
         configs = {"cleanup.policy": "compact",
                    "min.insync.replicas": str(getattr(cfg, "transaction_state_log_min_isr", 1)),
                    "segment.bytes": str(getattr(cfg, "transaction_state_log_segment_bytes", 104857600))}
         rf = int(getattr(cfg, "transaction_state_log_replication_factor", 1)) if self.broker.replicas is not None else 1
-        try:
-            self.broker.topics.create(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, rf, configs, internal=True)
-        except TopicError as e:
-            if e.error_code != TOPIC_ALREADY_EXISTS:
-                raise
+        return self.broker.topics.ensure_internal(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, rf, configs)
 
     # ------------------------------------------------------------------ lifecycle
 

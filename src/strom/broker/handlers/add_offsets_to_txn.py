@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.topics import TopicError
 from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME, coordinator_of
 from strom.coordinator.txn_runtime import fenced_error, txn_coordinator_for
 from strom.protocol.errors import ErrorCode as E
@@ -32,7 +33,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         error = E.coordinator_not_available
     if coord is None or groups is None:
         return {"throttle_time": 0, "error_code": error}
-    groups.find_coordinator()  # the offsets topic exists before its partition joins a transaction
+    try:  # the offsets topic exists before its partition joins a transaction
+        ready = groups.find_coordinator()
+    except TopicError:  # too few brokers for it yet: the producer asks again
+        ready = False
+    if not ready:
+        return {"throttle_time": 0, "error_code": E.coordinator_not_available}
     tp = (GROUP_METADATA_TOPIC_NAME, groups.partition_for(request.group_id))
     error = await coord.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch, [tp])
     return {"throttle_time": 0, "error_code": fenced_error(error, ctx.api_version, PRODUCER_FENCED_VERSION)}

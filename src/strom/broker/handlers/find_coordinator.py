@@ -43,10 +43,12 @@ def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
     if coord is None:
         return E.coordinator_not_available, "the coordinator is loading"
     try:
-        coord.find_coordinator()
+        ready = coord.find_coordinator()
     except Exception as e:  # the internal topic could not be created
         log.error("cannot create the coordinator's topic: %s", e)
         return E.coordinator_not_available, str(e)
+    if not ready:
+        return E.coordinator_not_available, "the coordinator's topic is being created"
     return E.none, None
 
 
