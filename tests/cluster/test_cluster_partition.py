@@ -45,7 +45,7 @@ PROXY_LIFETIME_S = 600.0  # the module's cluster is long gone by then
 REQUEST_TIMED_OUT = 7
 UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_NOT_AVAILABLE = 15
-OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 @dataclass
@@ -368,23 +368,22 @@ def test_admin_requests_fail_fast_while_cut_from_zookeeper(cluster: Cluster, net
 
 
 def test_first_coordinator_lookup_answers_at_once_while_zookeeper_hangs(cluster: Cluster, network: Network) -> None:
-    """The first FindCoordinator makes __consumer_offsets, as in Kafka: in a cluster a ZooKeeper
-    write, done in a thread. With the broker's ZooKeeper link hung (a blackhole, shorter than the
-    session timeout), lookups are answered COORDINATOR_NOT_AVAILABLE at once instead of holding
-    the event loop; after healing the topic is made, with the configured replicas, and the lookup
-    names a coordinator."""
+    """The first FindCoordinator for a transactional id makes __transaction_state, as in Kafka (the
+    group lookup makes __consumer_offsets the same way): in a cluster a ZooKeeper write, done in a
+    thread. With the broker's ZooKeeper link hung (a blackhole, shorter than the session timeout),
+    lookups are answered COORDINATOR_NOT_AVAILABLE at once instead of holding the event loop;
+    after healing the topic is made as configured and the lookup names a coordinator."""
     find = request_class("find_coordinator", 3, "FindCoordinatorRequest")
-    broker = cluster.brokers[1]
 
     def lookup(conn: RawConnection) -> tuple[int, float]:
         started = time.monotonic()
-        answer = conn.request(10, 3, find(key=unique("group"), key_type=0))
+        answer = conn.request(10, 3, find(key=unique("txn"), key_type=1))
         return int(answer.error_code), time.monotonic() - started
 
-    with RawConnection(broker.bootstrap, timeout=10) as conn:
-        (offsets,) = conn.metadata([OFFSETS_TOPIC]).topics
-        assert offsets.error_code == UNKNOWN_TOPIC_OR_PARTITION, \
-            "no earlier test of this module may make __consumer_offsets: this one is its first lookup"
+    with RawConnection(cluster.brokers[1].bootstrap, timeout=10) as conn:
+        (state_topic,) = conn.metadata([TRANSACTION_STATE_TOPIC]).topics
+        assert state_topic.error_code == UNKNOWN_TOPIC_OR_PARTITION, \
+            "no earlier test of this module may use transactions: this test makes their topic"
         network.zookeeper[1].cut("blackhole")
         answers: list[tuple[int, float]] = []
         try:
@@ -397,6 +396,6 @@ def test_first_coordinator_lookup_answers_at_once_while_zookeeper_hangs(cluster:
         assert len(answers) >= 3, answers
         assert all(code == COORDINATOR_NOT_AVAILABLE and took < 0.5 for code, took in answers), answers
         wait_until(lambda: lookup(conn)[0] == 0, 30, interval=0.2, what="a coordinator once ZooKeeper is back")
-    replicas = cluster.replicas(OFFSETS_TOPIC)
-    assert sorted(replicas) == [0, 1, 2] and all(len(r) == 3 for r in replicas.values()), replicas
-
+    # transaction.state.log.num.partitions and .replication.factor: 1 and 1 in this cluster.
+    replicas = cluster.replicas(TRANSACTION_STATE_TOPIC)
+    assert list(replicas) == [0] and len(replicas[0]) == 1, replicas
