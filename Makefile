@@ -48,39 +48,40 @@ zookeeper:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q zookeeper; }
 
 # librdkafka's own integration tests (tests/test_librdkafka_suite.py runs them against strom), built
-# from Debian's librdkafka source package: the apt sources get a deb-src twin of Debian's entries
-# when none has one, `apt-get source` unpacks it under .cache/librdkafka, and the library and its
-# test-runner are built there once (a stamp marks a finished build; a failed one stops `make`).
-RDKAFKA_VERSION := 2.0.2
+# from Debian's librdkafka source package: Debian 13's 2.8.0, fetched from Debian's archive whatever
+# release this machine runs. Its .dsc is checked against the checksum below and the tarballs against
+# the .dsc (dpkg-source). Not Debian 12's 2.0.2: a consumer of that version could hang in close()
+# when the topic of a partition assigned to it had just been deleted (fixed in 2.1.0), which
+# 0098_consumer_txn does dozens of times. The library and its test-runner are built once under
+# .cache/librdkafka (a stamp marks a finished build; a failed one stops `make`).
+RDKAFKA_VERSION := 2.8.0
+RDKAFKA_DEBIAN := $(RDKAFKA_VERSION)-1
+RDKAFKA_DSC_SHA256 := 0e9f099090072fe33da42303e1878f7f4713f91b94aa6523a9d630fe67eb2b51
+RDKAFKA_POOL := https://deb.debian.org/debian/pool/main/libr/librdkafka
 RDKAFKA_CACHE := .cache/librdkafka
 RDKAFKA_DIR := $(RDKAFKA_CACHE)/librdkafka-$(RDKAFKA_VERSION)
 RDKAFKA_STAMP := $(RDKAFKA_DIR)/.strom-built
-RDKAFKA_SRC_LIST := /etc/apt/sources.list.d/strom-deb-src
 
 librdkafka-tests: $(RDKAFKA_STAMP)
 
 $(RDKAFKA_STAMP):
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	update=; missing=; \
-	for p in dpkg-dev g++ make zlib1g-dev libzstd-dev rapidjson-dev; do \
+	missing=; \
+	for p in curl dpkg-dev g++ make zlib1g-dev libzstd-dev rapidjson-dev; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
-	[ -z "$$missing" ] || update=1; \
-	if ! apt-cache showsrc librdkafka 2>/dev/null | grep -q '^Version: $(RDKAFKA_VERSION)-'; then \
-	  update=1; \
-	  if [ -f /etc/apt/sources.list.d/debian.sources ]; then \
-	    [ -f $(RDKAFKA_SRC_LIST).sources ] || sed 's/^Types: deb$$/Types: deb-src/' \
-	      /etc/apt/sources.list.d/debian.sources | $$SUDO tee $(RDKAFKA_SRC_LIST).sources >/dev/null; \
-	  else \
-	    [ -f $(RDKAFKA_SRC_LIST).list ] || grep -h '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' \
-	      | $$SUDO tee $(RDKAFKA_SRC_LIST).list >/dev/null; \
-	  fi; \
-	fi; \
-	[ -z "$$update" ] || $$SUDO apt-get update -q; \
-	[ -z "$$missing" ] || $$SUDO apt-get install -y -q --no-install-recommends $$missing
+	[ -z "$$missing" ] || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends $$missing; }
 	rm -rf $(RDKAFKA_CACHE) && mkdir -p $(RDKAFKA_CACHE)
-	cd $(RDKAFKA_CACHE) && apt-get source -q librdkafka
-	test -x $(RDKAFKA_DIR)/configure || { echo "apt-get source librdkafka did not give librdkafka $(RDKAFKA_VERSION)" >&2; exit 1; }
+	cd $(RDKAFKA_CACHE) && for f in librdkafka_$(RDKAFKA_DEBIAN).dsc librdkafka_$(RDKAFKA_VERSION).orig.tar.gz \
+	    librdkafka_$(RDKAFKA_DEBIAN).debian.tar.xz; do \
+	  curl -fsS --retry 3 -m 300 -O $(RDKAFKA_POOL)/$$f || { echo "could not fetch $(RDKAFKA_POOL)/$$f" >&2; exit 1; }; \
+	done
+	cd $(RDKAFKA_CACHE) && echo "$(RDKAFKA_DSC_SHA256)  librdkafka_$(RDKAFKA_DEBIAN).dsc" | sha256sum -c --quiet - \
+	  || { echo "librdkafka_$(RDKAFKA_DEBIAN).dsc is not the one this Makefile expects" >&2; exit 1; }
+	@# gpgv cannot check the .dsc's signature without Debian's keyring: the checksum above pins it instead.
+	cd $(RDKAFKA_CACHE) && dpkg-source -q -x librdkafka_$(RDKAFKA_DEBIAN).dsc librdkafka-$(RDKAFKA_VERSION) \
+	  >dpkg-source.log 2>&1 || { cat dpkg-source.log >&2; exit 1; }
+	test -x $(RDKAFKA_DIR)/configure || { echo "dpkg-source did not unpack librdkafka $(RDKAFKA_VERSION)" >&2; exit 1; }
 	@echo "building librdkafka $(RDKAFKA_VERSION) and its test-runner in $(RDKAFKA_DIR) (log: $(RDKAFKA_CACHE)/build.log)"
 	cd $(RDKAFKA_DIR) && { \
 	  ./configure --no-download --disable-ssl --disable-gssapi --disable-curl --enable-zstd \
