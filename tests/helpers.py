@@ -148,6 +148,16 @@ class RawConnection:
         assert got == corr, f"correlation id {got} != {corr}"
         return response
 
+    def pipelined(self, api_key: int, version: int, bodies: Iterable[Any]) -> list[Any]:
+        """Send every request before reading any response (the broker answers in order)."""
+        corrs = [self.send(api_key, version, body) for body in bodies]
+        out = []
+        for corr in corrs:
+            got, response = wire.decode_response(api_key, version, self.read_frame())
+            assert got == corr, f"correlation id {got} != {corr}"
+            out.append(response)
+        return out
+
     def wait_closed(self, timeout: float | None = None) -> bool:
         """Read (and discard) until the peer closes; True if it did within the timeout."""
         self.sock.settimeout(timeout if timeout is not None else self.timeout)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 from clusterproc import Cluster, StreamingProducer, check_acknowledged, wait_replicas_identical
 from conftest import unique
-from helpers import wait_until
+from helpers import RawConnection, ms, request_class, wait_until
+
+from strom.cluster.zk_layout import PartitionState
 
 pytestmark = pytest.mark.timeout(240)
+ELECTION_NOT_NEEDED = 84
 
 
 def _create(cluster: Cluster, topic: str, assignment: list[list[int]]) -> None:
@@ -25,13 +28,15 @@ def test_elect_preferred_leaders(cluster: Cluster) -> None:
     from confluent_kafka.admin import AdminClient
 
     topic = unique("pref")
-    _create(cluster, topic, [[1, 2, 3]])
-    assert cluster.leader(topic, 0) == 1
-    cluster.brokers[1].stop()  # controlled shutdown: broker 2 takes over
+    _create(cluster, topic, [[1, 2, 3], [1, 3, 2]])
+    assert cluster.leader(topic, 0) == cluster.leader(topic, 1) == 1
+    cluster.brokers[1].stop()  # controlled shutdown: brokers 2 and 3 take over
     assert cluster.wait_leader(topic, 0, not_in={1}) == 2
+    assert cluster.wait_leader(topic, 1, not_in={1}) == 3
     cluster.brokers[1].start(timeout=60)
-    cluster.wait_full_isr(topic, 1)
+    cluster.wait_full_isr(topic, 2)
     assert cluster.leader(topic, 0) == 2  # broker 1 is back, but not leading
+    assert cluster.leader(topic, 1) == 3
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
@@ -41,6 +46,26 @@ def test_elect_preferred_leaders(cluster: Cluster) -> None:
     again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
     error = again[TopicPartition(topic, 0)]
     assert isinstance(error, KafkaError) and error.name() == "ELECTION_NOT_NEEDED"
+
+    # The same request twice in a row on one connection to the controller: the second is decided
+    # before ZooKeeper's watch has brought back what the first wrote, and still sees that the
+    # preferred replica leads (before, the controller answered it with success and wrote nothing).
+    epoch = _state(cluster, topic, 1).leader_epoch
+    body = request_class("elect_leaders", 2, "ElectLeadersRequest")(
+        election_type=0, timeout=ms(30000),
+        topic_partitions=(request_class("elect_leaders", 2, "TopicPartitions")(topic=topic, partitions=(1,)),))
+    with RawConnection(cluster.brokers[cluster.controller()].bootstrap) as conn:
+        answers = conn.pipelined(43, 2, [body, body])
+    codes = [int(a.replica_election_results[0].partition_result[0].error_code) for a in answers]
+    assert codes == [0, ELECTION_NOT_NEEDED], codes
+    wait_until(lambda: cluster.leader(topic, 1) == 1, 10, what="the preferred replica leading partition 1")
+    assert _state(cluster, topic, 1).leader_epoch == epoch + 1  # one election, not two
+
+
+def _state(cluster: Cluster, topic: str, partition: int) -> PartitionState:
+    state = cluster.state(topic, partition)
+    assert state is not None, f"no state for {topic}-{partition}"
+    return state
 
 
 def test_reassign_partition_under_load(cluster: Cluster) -> None:

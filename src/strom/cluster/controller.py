@@ -204,8 +204,9 @@ class Controller:
         log.warning("%s: no in-sync replica is alive (ISR %s); the partition is offline", topic, list(current.isr))
         return PartitionState(zl.NO_LEADER, current.leader_epoch + 1, last, self.epoch, current.zk_version)
 
-    def _write_state(self, topic: str, partition: int, current: PartitionState | None, new: PartitionState) -> None:
-        """Blocking: one transaction, fenced by the controller epoch's znode version."""
+    def _write_state(self, topic: str, partition: int, current: PartitionState | None, new: PartitionState) -> bool:
+        """Blocking: one transaction, fenced by the controller epoch's znode version. False when
+        the state had changed since ``current`` was read (nothing written)."""
         zk = self.store.zk
         if current is None:
             zk.ensure_path(zl.partition_path(topic, partition))  # holds nothing: no need to fence it
@@ -220,12 +221,14 @@ class Controller:
             if current is None or current.leader != new.leader:
                 log.info("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader, new.leader_epoch,
                          list(new.isr))
-            return
+            return True
         if isinstance(results[0], BadVersionError):
             raise _Fenced()
         # The state changed under us (a leader's ISR update, or made by a pass before): the watch
         # brings the new state, and with it another pass.
         log.debug("%s-%d: state write refused (%s); will look again", topic, partition, results[1])
+        return False
+
     # ---- preferred leaders (ElectLeaders, auto.leader.rebalance.enable) -------------------------
 
     async def elect_leaders(self, partitions: list[tuple[str, int]], unclean: bool) -> dict[tuple[str, int], tuple[E, str | None]]:
@@ -242,35 +245,49 @@ class Controller:
                 if assignment is None or p not in assignment.replicas or state is None:
                     results[(topic, p)] = (E.unknown_topic_or_partition, None)
                     continue
-                replicas = assignment.replicas[p]
-                if unclean:
-                    if state.leader in live:
-                        results[(topic, p)] = (E.election_not_needed, None)
-                        continue
-                    candidates = [b for b in replicas if b in live]
-                    if not candidates:
-                        results[(topic, p)] = (E.eligible_leaders_not_available, "no live replica")
-                        continue
-                    in_sync = [b for b in candidates if b in state.isr]
-                    leader = (in_sync or candidates)[0]
-                    isr = tuple(b for b in state.isr if b in live) if in_sync else (leader,)
+                # The watched state may trail ZooKeeper (this controller's own write a moment ago,
+                # a leader's ISR change): a refused write reads it again and decides again.
+                for _ in range(_ELECTION_ATTEMPTS):
+                    decided = self._election(assignment.replicas[p], state, live, unclean)
+                    if not isinstance(decided, PartitionState):
+                        results[(topic, p)] = decided
+                        break
+                    try:
+                        if await store.run(self._write_state, topic, p, state, decided):
+                            results[(topic, p)] = (E.none, None)
+                            break
+                        fresh = await store.run(store.read_state, topic, p)
+                    except _Fenced:
+                        results[(topic, p)] = (E.not_controller, None)
+                        break
+                    if fresh is None:
+                        results[(topic, p)] = (E.unknown_topic_or_partition, None)
+                        break
+                    state = fresh
                 else:
-                    leader = replicas[0]
-                    if state.leader == leader:
-                        results[(topic, p)] = (E.election_not_needed, None)
-                        continue
-                    if leader not in live or leader not in state.isr:
-                        results[(topic, p)] = (E.preferred_leader_not_available,
-                                               f"preferred replica {leader} is not live and in sync")
-                        continue
-                    isr = state.isr
-                new = PartitionState(leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version)
-                try:
-                    await store.run(self._write_state, topic, p, state, new)
-                    results[(topic, p)] = (E.none, None)
-                except _Fenced:
-                    results[(topic, p)] = (E.not_controller, None)
+                    results[(topic, p)] = (E.request_timed_out, "the partition's state kept changing")
         return results
+
+    def _election(self, replicas: list[int], state: PartitionState, live: set[int],
+                  unclean: bool) -> PartitionState | tuple[E, str | None]:
+        """The state an ElectLeaders request asks for, or why there is nothing to write."""
+        if unclean:
+            if state.leader in live:
+                return E.election_not_needed, None
+            candidates = [b for b in replicas if b in live]
+            if not candidates:
+                return E.eligible_leaders_not_available, "no live replica"
+            in_sync = [b for b in candidates if b in state.isr]
+            leader = (in_sync or candidates)[0]
+            isr = tuple(b for b in state.isr if b in live) if in_sync else (leader,)
+        else:
+            leader = replicas[0]
+            if state.leader == leader:
+                return E.election_not_needed, None
+            if leader not in live or leader not in state.isr:
+                return E.preferred_leader_not_available, f"preferred replica {leader} is not live and in sync"
+            isr = state.isr
+        return PartitionState(leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version)
 
     def preferred_imbalance(self) -> list[tuple[str, int]]:
         """Partitions to move back to their preferred leader: those of every broker whose share of
@@ -414,6 +431,9 @@ class Controller:
     def request_reconcile(self) -> None:
         if self.active:
             self._dirty.set()
+
+
+_ELECTION_ATTEMPTS = 3  # re-reads of a partition state that changed under an ElectLeaders write
 
 
 class _Fenced(Exception):

@@ -417,6 +417,15 @@ class ZkMetadataStore(TopicLookups):
     def state(self, topic: str, partition: int) -> PartitionState | None:
         return self.states.get((topic, partition))
 
+    def read_state(self, topic: str, partition: int) -> PartitionState | None:
+        """Blocking: the partition's state as ZooKeeper has it now, for the controller when the
+        watched copy turned out stale (a compare-and-set it made was refused)."""
+        try:
+            data, stat = self.zk.get(zl.state_path(topic, partition))
+        except NoNodeError:
+            return None
+        return zl.decode_state(data, stat.version) if data else None
+
     # ---- MetadataStore (topics(), get_topic() and topic_by_id() come from TopicLookups) -------
 
     def _require_connection(self) -> None:
