@@ -364,17 +364,20 @@ class Controller:
             state = store.state(topic, p)
             if state is None or not all(b in state.isr for b in target):
                 continue
+            new: PartitionState | None = None
             if state.leader not in target:
                 leaders = [b for b in target if b in usable]
                 if not leaders:
                     continue
                 new = PartitionState(leaders[0], state.leader_epoch + 1, tuple(b for b in state.isr if b in target),
                                      self.epoch, state.zk_version)
-                await store.run(self._write_state, topic, p, state, new)
             elif any(b not in target for b in state.isr):
                 new = PartitionState(state.leader, state.leader_epoch, tuple(b for b in state.isr if b in target),
                                      self.epoch, state.zk_version)
-                await store.run(self._write_state, topic, p, state, new)
+            if new is not None and not await store.run(self._write_state, topic, p, state, new):
+                # The state changed since it was read: the reassignment is not done until a write
+                # on the new state moves the leadership off the removed replicas (the next pass).
+                continue
             store.assignments[topic] = await store.run(self._write_assignment, topic, p, target, [], [])
             log.info("%s-%d: reassignment done, replicas %s", topic, p, target)
 
