@@ -3,6 +3,7 @@ the checks every fault test ends with (replicas identical, acknowledged records 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from strom.cluster import zk_layout as zl
+from strom.cluster.zk_store import ZkMetadataStore
 from strom.devcluster import ZooKeeperServer
 from strom.records.batch import iter_batches, whole_batches_end
 
@@ -376,3 +378,21 @@ def check_acknowledged(cluster: Cluster, topic: str, partitions: int, acks: AckL
 
 def iter_brokers(cluster: Cluster) -> Iterator[BrokerProcess]:
     return iter(cluster.brokers.values())
+
+
+def run_until(loop: asyncio.AbstractEventLoop, check: Callable[[], object], timeout: float = 10) -> None:
+    """Run ``loop`` (where ZkMetadataStore applies its updates) until ``check()`` holds."""
+    async def wait() -> None:
+        while not check():
+            await asyncio.sleep(0.05)
+
+    loop.run_until_complete(asyncio.wait_for(wait(), timeout))
+
+
+@dataclass
+class ZooKeeperView:
+    """A broker's ZooKeeper view (ZkMetadataStore, broker 1) on its own event loop, and a plain
+    kazoo client that plays the rest of the cluster."""
+    loop: asyncio.AbstractEventLoop
+    store: ZkMetadataStore
+    other: KazooClient

@@ -3,10 +3,16 @@ break them for good (a test that stops a broker restarts it; ``cluster`` checks 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from clusterproc import Cluster
+from clusterproc import Cluster, ZooKeeperView
+from kazoo.client import KazooClient
+
+from strom.cluster.zk_store import ZkMetadataStore
+from strom.devcluster import ZooKeeperServer
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +24,33 @@ def module_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of the test's own, without brokers: for tests that drive the broker's ZooKeeper
+    view (ZkMetadataStore) or the controller directly."""
+    zk = ZooKeeperServer(tmp_path / "zookeeper").start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def zk_view(zookeeper: ZooKeeperServer) -> Iterator[ZooKeeperView]:
+    loop = asyncio.new_event_loop()
+    store = ZkMetadataStore(zookeeper.connect, 6000, 10000, broker_id=1)
+    other = KazooClient(zookeeper.connect)
+    other.start(10)
+    try:
+        store.connect(loop)
+        yield ZooKeeperView(loop, store, other)
+    finally:
+        store.close()
+        other.stop()
+        other.close()
+        loop.close()
 
 
 @pytest.fixture
