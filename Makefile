@@ -8,7 +8,7 @@ BASE_STAMP := $(VENV)/.installed-base
 SPARK_STAMP := $(VENV)/.installed-spark
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck unit install deps zookeeper librdkafka-tests cluster clean
+.PHONY: run test check lint typecheck unit install deps zookeeper librdkafka-tests cluster clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -98,8 +98,20 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
 
+# The whole suite, spread over pytest-xdist workers (docs/testing.md, "How the suite runs"): tests
+# of a module with a module-wide broker or cluster, and of the shared cluster and Spark session, keep
+# together (xdist groups); the rest go one by one. A JUnit report is left in test-artifacts/, and the
+# 30 slowest tests are printed.
+TEST_WORKERS ?= 3
+PYTEST_RUN := $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
+	--junitxml=test-artifacts/junit.xml
 test: $(TEST_STAMP) deps lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests
+	$(PYTEST_RUN) tests
+
+# The edit-test loop: lint, types and the tests that need no cluster, Spark, browser or librdkafka build.
+check: $(TEST_STAMP) lint
+	$(PYTEST_RUN) --ignore=tests/cluster --ignore=tests/spark --ignore=tests/test_librdkafka_suite.py \
+	  --ignore=tests/test_console.py --ignore=tests/test_cluster_bench.py tests
 
 clean:
 	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache .cache

@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from ports import reserved_port
+
+from strom.testing import _forkserver
 
 READY_MARK = "ready: listening on"
 
 
-_HANDED_OUT: set[int] = set()
-
-
 def free_port() -> int:
-    """A port free now and never handed out before in this test process: the kernel may give the
-    same ephemeral port to two successive bind(0) calls, and two brokers of one cluster then clash."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+    """A loopback port for a broker (or anything else a test starts) that no other process is given
+    while this test process lives: see ports.py."""
+    return reserved_port()
 
 
 class BrokerProcess:
@@ -38,7 +34,7 @@ class BrokerProcess:
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
         self.config_file = config_file
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: Any = None  # a ForkedProcess or a subprocess.Popen
         self.log_lines: list[str] = []
         self._reader: threading.Thread | None = None
 
@@ -66,13 +62,13 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         self.log_lines = []
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = self._launch()
         ready = threading.Event()
+        proc = self.proc
 
         def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
+            assert proc.stdout is not None
+            for line in io.TextIOWrapper(proc.stdout, errors="replace"):  # type: ignore[arg-type]
                 self.log_lines.append(line.rstrip("\n"))
                 if READY_MARK in line:
                     ready.set()
@@ -85,6 +81,23 @@ class BrokerProcess:
                 self.kill()
                 raise RuntimeError("broker did not become ready:\n" + "\n".join(self.log_lines[-50:]))
         return self
+
+    def _launch(self) -> Any:
+        """The broker process: forked from strom.testing's warm fork server (about 20 ms instead of a
+        Python start and the broker's imports), a plain subprocess where the server cannot serve.
+        A forked broker dies with the server, and the server with this test process, so an aborted
+        run leaves no broker behind (PR_SET_PDEATHSIG, see strom/testing/_forkserver.py)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        argv = self.command()[3:]  # after `python -m strom.cli.main`
+        if not _forkserver.disabled():
+            try:
+                server = _forkserver.get(env)
+                if server is not None and server.compatible(env):
+                    return server.spawn(argv, env)
+            except _forkserver.ForkServerError as e:
+                _forkserver.discard(str(e))
+        return subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent_hook())
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait: a clean shutdown."""
@@ -129,3 +142,12 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return "\n".join(self.log_lines)
+
+
+def die_with_parent_hook() -> Any:
+    """A preexec_fn that gives the child SIGKILL when the test process dies (PR_SET_PDEATHSIG), so an
+    aborted run leaves no child behind; None off the main thread, where the signal would come when
+    the starting thread ends, not the process."""
+    from strom.devcluster import die_with_parent
+
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real broker subprocess per test (``broker``) or per module (``module_broker``)."""
+"""Shared fixtures: a real broker subprocess per test (``broker``) or per module (``module_broker``),
+and how the suite is spread over pytest-xdist's workers (see docs/testing.md, "How the suite runs")."""
 
 from __future__ import annotations
 
@@ -45,6 +46,38 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
     yield make  # type: ignore[misc]
     for b in started:
         b.stop()
+
+
+# Session fixtures too costly to build once per worker: every test using one runs on one worker, in
+# the xdist group named here (one Spark JVM, one shared cluster per run).
+SHARED_SESSION_FIXTURES = {"spark": "spark-session", "shared_cluster": "shared-cluster"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test its xdist group, unless it names one itself: the tests of a module that has a
+    module-scoped fixture (a broker, a cluster, a browser for the module) run on one worker, so that
+    fixture is built once; tests using a costly session fixture share that fixture's group; every
+    other test is spread over the workers on its own (``--dist loadgroup``)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        group = None
+        for name in (info.names_closure if info is not None else ()):
+            defs = info.name2fixturedefs.get(name) if info is not None else None
+            if not defs:
+                continue
+            scope = defs[-1].scope
+            if name == "module_cluster" and defs[-1].baseid == "tests/cluster" \
+                    and getattr(item.module, "CLUSTER_OVERRIDES", None) is None:  # type: ignore[attr-defined]
+                name, scope = "shared_cluster", "session"  # tests/cluster/conftest.py hands it the shared one
+            if scope == "session" and name in SHARED_SESSION_FIXTURES:
+                group = SHARED_SESSION_FIXTURES[name]
+                break
+            if scope in ("module", "class", "package"):
+                group = item.nodeid.split("::", 1)[0]
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from brokerproc import BrokerProcess  # noqa: E402
+from brokerproc import BrokerProcess, die_with_parent_hook  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRDKAFKA_VERSION = "2.8.0"  # Debian 13's librdkafka; the Makefile's RDKAFKA_VERSION
@@ -195,7 +195,7 @@ def run_test(test: str, bootstrap: str, workdir: Path, *, scenario: str = "defau
     args = [str(runner), "-p1", "-L", "-s", scenario] + (["-Q"] if quick else [])
     start = time.monotonic()
     proc = subprocess.Popen(args, cwd=workdir / "tests", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent_hook())
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from brokerproc import free_port
+from brokerproc import die_with_parent_hook, free_port
 from helpers import (
     RawConnection,
     confluent_admin,
@@ -371,7 +371,7 @@ def test_consume_follows_new_records_and_exits_cleanly_on_ctrl_c(bs: str, consum
     create_topics(bs, {"cli-follow": 1})
     kcat("-P", "-b", bs, "-t", "cli-follow", stdin="old-1\nold-2\n")
     proc = subprocess.Popen([*STROM, "consume", "cli-follow", "-b", bs], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+                            stderr=subprocess.PIPE, text=True, env=_env(), preexec_fn=die_with_parent_hook())
     consumer_proc.append(proc)
     reader = _Reader(proc)
     # It starts at the end: keep writing probes until one shows up; the old records never do.

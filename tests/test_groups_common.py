@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from brokerproc import BrokerProcess  # noqa: E402
+from brokerproc import BrokerProcess, die_with_parent_hook  # noqa: E402
 from helpers import wait_until  # noqa: E402
 
 GROUP_BROKER_OVERRIDES = {
@@ -92,7 +92,7 @@ class ConsumerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, __file__, topic, json.dumps(settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent_hook(),
         )
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()

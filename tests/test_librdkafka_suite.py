@@ -82,7 +82,8 @@ TXN_CASES = [Case("0103_transactions", brokers=3, timeout=120), Case("0129_fetch
 CASES = ACL_CASES + ADMIN_CASES + AUTH_CASES + TXN_CASES + REGRESSION_CASES
 
 
-@pytest.fixture(scope="module", autouse=True)
+# Session-scoped, not module-scoped: the cases are spread over the xdist workers one by one.
+@pytest.fixture(scope="session", autouse=True)
 def _runner_built() -> None:
     if not runner_path().exists():
         pytest.fail(missing_runner_message(), pytrace=False)

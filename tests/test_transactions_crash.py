@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from brokerproc import die_with_parent_hook
 from confluent_kafka import Producer
 from helpers import create_topics, wait_until
 from txn_helpers import TXN_BROKER, confluent_values, kafka_python_end_offsets, txn_producer
@@ -47,7 +48,8 @@ class Worker:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                     preexec_fn=die_with_parent_hook())
 
     def ensure_running(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ZK_SCRIPT_CANDIDATES = ("/usr/share/zookeeper/bin/zkServer.sh", "/opt/zookeeper/bin/zkServer.sh")
@@ -29,6 +30,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """A subprocess's preexec_fn: SIGKILL when its parent dies (Linux's PR_SET_PDEATHSIG, kept across
+    exec), so ZooKeeper and the brokers of a dev cluster or a test never outlive what started them.
+    The parent is the starting thread: use it from the main thread only."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def _death_hook() -> Callable[[], None] | None:
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
 def zookeeper_script() -> str:
@@ -92,7 +107,8 @@ class ZooKeeperServer:
                "JVMFLAGS": "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
         log = open(self.data_dir / "zookeeper.out", "wb")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen([zookeeper_script(), "start-foreground", str(cfg)], stdout=log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                     preexec_fn=_death_hook())
         log.close()
         deadline = time.monotonic() + timeout
         while zookeeper_mode(self.port, 0.5) is None:
@@ -144,7 +160,8 @@ class BrokerChild:
         for k, v in self.settings.items():
             cmd += ["--override", f"{k}={v}"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+                                     preexec_fn=_death_hook())
 
         def pump() -> None:
             assert self.proc is not None and self.proc.stdout is not None

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from brokerproc import BrokerProcess, free_port
-from helpers import RawConnection, wait_until
+from helpers import ConnectionClosed, RawConnection, wait_until
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -67,7 +67,7 @@ class Cluster:
                  broker_settings: BrokerSettings | None = None,
                  before_brokers: Callable[[str], None] | None = None) -> None:
         self.root = root
-        self.zookeeper = ZooKeeperServer(root / "zookeeper")
+        self.zookeeper = ZooKeeperServer(root / "zookeeper", free_port())
         self.brokers: dict[int, BrokerProcess] = {}
         self.overrides = dict(overrides or {})
         self.broker_settings = broker_settings
@@ -96,7 +96,7 @@ class Cluster:
         assert all(b.alive() for b in self.brokers.values()), self.logs()
         wait_until(lambda: len(self.registered()) == self.size and self.controller() in self.brokers, 20,
                    what="every broker registered and a controller elected")
-        self.wait_views_whole()
+        self.settle()
         return self
 
     def stop(self) -> None:
@@ -108,32 +108,87 @@ class Cluster:
         self.zookeeper.stop()
 
     def ensure_all_up(self) -> None:
-        """Restart any broker a test left stopped, and wait until all are registered."""
+        """Restart any broker a test left stopped, and wait until all are registered and every
+        broker's view agrees with ZooKeeper."""
         for b in self.brokers.values():
             if not b.alive():
                 b.start(timeout=60)
         wait_until(lambda: len(self.registered()) == self.size, 30, what="every broker registered")
-        self.wait_views_whole()
+        self.settle()
 
-    def wait_views_whole(self, timeout: float = 20) -> None:
-        """Wait until every broker's Metadata lists every broker and names the controller: each
-        learns of them through its own ZooKeeper watch, a moment after ZooKeeper has them. Brokers
-        with a secured client listener are not asked (their tests check their own view)."""
-        expected = {(i, b.port) for i, b in self.brokers.items()}
+    def start_broker(self, broker_id: int, topics: Iterable[str] = ()) -> None:
+        """Start a stopped broker again, then settle (its registration has reached every broker)."""
+        self.brokers[broker_id].start(timeout=60)
+        wait_until(lambda: broker_id in self.registered(), 30, what=f"broker {broker_id} registered")
+        self.settle(topics)
 
-        def whole() -> bool:
+    # ---- settle: the brokers' own views agree with ZooKeeper --------------------------------------
+
+    def settle(self, topics: Iterable[str] = (), timeout: float = 30) -> None:
+        """Return once every live, registered broker's own Metadata agrees with ZooKeeper: it lists
+        the registered brokers and no others, names ZooKeeper's controller, and for each of
+        ``topics`` gives each partition the leader, leader epoch and ISR of its state znode.
+
+        Each broker learns of a change through its own ZooKeeper watch, a moment after ZooKeeper has
+        it (and keeps a departed broker listed for a grace of a few seconds): a test that then asks
+        any broker sees what ZooKeeper says. Brokers whose client port is not PLAINTEXT are not asked
+        (their tests check their own view)."""
+        names = list(topics)
+        disagreement: list[str] = []
+
+        def agreed() -> bool:
+            disagreement.clear()
+            why = self._disagreement(names)
+            if why:
+                disagreement.append(why)
+            return not why
+
+        try:
+            wait_until(agreed, timeout, interval=0.05, what="the brokers' Metadata agreeing with ZooKeeper")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {disagreement[0] if disagreement else ''}") from None
+
+    def _disagreement(self, topics: list[str]) -> str:
+        """Why the brokers' views do not agree with ZooKeeper yet ('' once they do)."""
+        try:
+            registered = self.registered()
             controller = self.controller()
-            for b in self.brokers.values():
-                if not _plaintext_at(b):
-                    continue
-                with RawConnection(b.bootstrap) as conn:
-                    md = conn.metadata([])
-                if {(int(n.node_id), int(n.port)) for n in md.brokers} != expected \
-                        or int(md.controller_id) != controller:
-                    return False
-            return True
-
-        wait_until(whole, timeout, what="every broker's Metadata listing every broker")
+            states: dict[tuple[str, int], zl.PartitionState] = {}
+            for topic in topics:
+                for p in self.replicas(topic):
+                    s = self.state(topic, p)
+                    if s is None:
+                        return f"{topic}-{p} has no state in ZooKeeper yet"
+                    states[(topic, p)] = s
+        except NoNodeError as e:
+            return f"ZooKeeper has no {e}"
+        if controller < 0:
+            return "no controller"
+        expected = {(i, self.brokers[i].port) for i in registered if i in self.brokers}
+        for i in registered:
+            b = self.brokers.get(i)
+            if b is None or not b.alive() or not _plaintext_at(b):
+                continue
+            try:
+                with RawConnection(b.bootstrap, timeout=2) as conn:
+                    md = conn.metadata(topics)
+            except (OSError, ConnectionClosed) as e:
+                return f"broker {i} did not answer Metadata: {e!r}"
+            listed = {(int(n.node_id), int(n.port)) for n in md.brokers}
+            if listed != expected:
+                return f"broker {i} lists brokers {sorted(listed)}, ZooKeeper has {sorted(expected)}"
+            if int(md.controller_id) != controller:
+                return f"broker {i} names controller {md.controller_id}, ZooKeeper {controller}"
+            served = {(str(t.name), int(pm.partition_index)): pm for t in md.topics for pm in t.partitions}
+            for (topic, p), s in states.items():
+                pm = served.get((topic, p))
+                if pm is None:
+                    return f"broker {i} does not serve {topic}-{p} yet"
+                want = (s.leader, s.leader_epoch, sorted(s.isr))
+                seen = (int(pm.leader_id), int(pm.leader_epoch), sorted(int(r) for r in pm.isr_nodes))
+                if seen[0] != want[0] or (s.leader >= 0 and seen != want):
+                    return f"broker {i} has {topic}-{p} at leader/epoch/isr {seen}, ZooKeeper at {want}"
+        return ""
 
     @property
     def bootstrap(self) -> str:
@@ -179,13 +234,22 @@ class Cluster:
 
     def wait_leader(self, topic: str, partition: int, not_in: set[int] = frozenset(),  # type: ignore[assignment]
                     timeout: float = 20) -> int:
+        """A leader for the partition outside ``not_in`` in ZooKeeper, once every broker serves it."""
+        deadline = time.monotonic() + timeout
+
         def ok() -> int | None:
             leader = self.leader(topic, partition)
             return leader if leader > 0 and leader not in not_in else None
 
-        return int(wait_until(ok, timeout, what=f"a leader for {topic}-{partition} outside {sorted(not_in)}"))
+        while True:
+            leader = int(wait_until(ok, max(0.1, deadline - time.monotonic()),
+                                    what=f"a leader for {topic}-{partition} outside {sorted(not_in)}"))
+            self.settle([topic], max(1.0, deadline - time.monotonic()))
+            if self.leader(topic, partition) == leader:
+                return leader
 
     def wait_full_isr(self, topic: str, partitions: int, timeout: float = 30) -> None:
+        """Every replica of the topic in its partitions' ISR in ZooKeeper, once every broker serves it."""
         def full() -> bool:
             reps = self.replicas(topic)
             for p in range(partitions):
@@ -194,7 +258,9 @@ class Cluster:
                     return False
             return True
 
+        deadline = time.monotonic() + timeout
         wait_until(full, timeout, what=f"every replica of {topic} back in the ISR")
+        self.settle([topic], max(1.0, deadline - time.monotonic()))
 
 
 # ---- checks -------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Cluster fixtures: one ZooKeeper and three brokers shared by the tests of a module that do not
-break them for good (a test that stops a broker restarts it; ``cluster`` checks all are up)."""
+"""Cluster fixtures: one ZooKeeper and three brokers shared by every test that does not break them for
+good (a test that stops a broker restarts it; ``cluster`` checks all are up and settled). Modules
+that need other broker settings set CLUSTER_OVERRIDES and get a cluster of their own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from brokerproc import free_port
 from clusterproc import Cluster, ZooKeeperView
 from kazoo.client import KazooClient
 
@@ -15,12 +17,28 @@ from strom.cluster.zk_store import ZkMetadataStore
 from strom.devcluster import ZooKeeperServer
 
 
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The run's one cluster with the default test settings (tests/conftest.py puts every test that
+    uses it into one xdist group, so one worker builds it)."""
+    c = Cluster(tmp_path_factory.mktemp("shared-cluster"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture(scope="module")
 def module_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # A module may set CLUSTER_OVERRIDES (broker configs) for a cluster of its own.
     overrides = getattr(request.module, "CLUSTER_OVERRIDES", None)
-    c = Cluster(tmp_path_factory.mktemp("cluster"), overrides=overrides).start()
+    if overrides is None:
+        yield request.getfixturevalue("shared_cluster")
+        return
+    c = Cluster(tmp_path_factory.mktemp("cluster"), overrides=overrides)
     try:
+        c.start()
         yield c
     finally:
         c.stop()
@@ -30,8 +48,9 @@ def module_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A ZooKeeper of the test's own, without brokers: for tests that drive the broker's ZooKeeper
     view (ZkMetadataStore) or the controller directly."""
-    zk = ZooKeeperServer(tmp_path / "zookeeper").start()
+    zk = ZooKeeperServer(tmp_path / "zookeeper", free_port())
     try:
+        zk.start()
         yield zk
     finally:
         zk.stop()

@@ -134,7 +134,7 @@ def test_min_insync_replicas_refuses_acks_all_below_it(cluster: Cluster) -> None
         pytest.fail("acks=all was not refused with NOT_ENOUGH_REPLICAS within 3 s")
     ok = confluent_produce(cluster.bootstrap, topic, [{"value": b"acks1"}], {"acks": "1"})
     assert len(ok) == 1
-    cluster.brokers[3].start(timeout=60)
+    cluster.start_broker(3)
     cluster.wait_full_isr(topic, 1)
     assert len(confluent_produce(cluster.bootstrap, topic, [{"value": b"again"}], {"acks": "all"})) == 1
 
@@ -201,4 +201,4 @@ def test_delete_records_goes_to_the_leader_and_holds_after_failover(cluster: Clu
         finally:
             consumer.close()
     finally:
-        cluster.brokers[leader].start(timeout=60)
+        cluster.start_broker(leader)

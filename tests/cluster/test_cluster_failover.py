@@ -47,7 +47,7 @@ def test_leader_kills_lose_nothing_acknowledged(cluster: Cluster) -> None:
             new_leader = cluster.wait_leader(topic, 0, not_in={victim},
                                              timeout=SESSION_TIMEOUT_MS / 1000 + 15)
             assert new_leader != victim
-            cluster.brokers[victim].start(timeout=60)
+            cluster.start_broker(victim)
             cluster.wait_full_isr(topic, 2, timeout=60)
             wait_until(lambda b=before: producer.acks.count() > b + 200, 60, what="acks after the failover")
     assert not producer.acks.errors, producer.acks.errors[:5]
@@ -70,7 +70,7 @@ def test_controller_kill_elects_a_new_controller(cluster: Cluster) -> None:
             cluster.wait_leader(topic, p, not_in={old}, timeout=20)
         before = producer.acks.count()
         wait_until(lambda: producer.acks.count() > before + 100, 60, what="acks under the new controller")
-        cluster.brokers[old].start(timeout=60)
+        cluster.start_broker(old)
         cluster.wait_full_isr(topic, 3, timeout=60)
     assert new != old
     assert not producer.acks.errors, producer.acks.errors[:5]
@@ -118,8 +118,12 @@ def test_unclean_election_off_keeps_partition_offline(cluster: Cluster) -> None:
     cluster.brokers[1].kill()  # now the last in-sync replica
     wait_until(lambda: (s := cluster.state(topic, 0)) is not None and s.leader == -1,
                SESSION_TIMEOUT_MS / 1000 + 15, what="the partition to go offline")
-    cluster.brokers[2].start(timeout=60)  # out of sync: must not lead
-    time.sleep(2)
+    cluster.start_broker(2)  # out of sync: must not lead
+    # A later topic's leader proves that the controller has made a whole pass knowing broker 2 is
+    # back (each pass decides every partition): had it elected broker 2, it would have done so by then.
+    probe = unique("offline-probe")
+    _create(cluster, probe, 1, assignment=[[2]])
+    cluster.wait_leader(probe, 0)
     state = cluster.state(topic, 0)
     assert state is not None and state.leader == -1, f"an out-of-sync replica was elected: {state}"
     from confluent_kafka.admin import AdminClient
@@ -127,7 +131,7 @@ def test_unclean_election_off_keeps_partition_offline(cluster: Cluster) -> None:
     md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=10)
     assert md.topics[topic].partitions[0].leader == -1
     assert md.topics[topic].partitions[0].error is not None  # LEADER_NOT_AVAILABLE
-    cluster.brokers[1].start(timeout=60)
+    cluster.start_broker(1)
     assert cluster.wait_leader(topic, 0) == 1
     values = [v for _, v in read_partition(cluster.bootstrap, topic, 0)]
     assert values == [d.value for d in acked + more]
@@ -169,7 +173,7 @@ def test_rolling_restart_under_load(cluster: Cluster) -> None:
         for broker_id in sorted(cluster.brokers):
             wait_until(lambda: producer.acks.count() > 50, 30, what="acknowledged records")
             assert cluster.brokers[broker_id].stop() == 0
-            cluster.brokers[broker_id].start(timeout=60)
+            cluster.start_broker(broker_id)
             cluster.wait_full_isr(topic, 3, timeout=60)
         before = producer.acks.count()
         wait_until(lambda: producer.acks.count() > before + 100, 30, what="acks after the rolling restart")
@@ -227,4 +231,4 @@ def test_metadata_names_the_new_leader_while_the_dead_broker_is_still_listed(clu
                        what="the dead broker dropped from Metadata")
             assert time.monotonic() - gone_at >= DEPARTED_BROKER_GRACE_S - 0.5
     finally:
-        cluster.brokers[victim].start(timeout=60)
+        cluster.start_broker(victim)

@@ -76,7 +76,7 @@ def test_group_survives_coordinator_failover(cluster: Cluster) -> None:
     assert sorted(seen) == sorted([r["value"] for r in first] + [b"b%05d" % i for i in range(300)])
 
     # A new member of the group starts where the group left off: the commits survived.
-    cluster.brokers[coordinator].start(timeout=60)
+    cluster.start_broker(coordinator)
     again = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
     try:
         def group_resumes_at_end() -> bool:

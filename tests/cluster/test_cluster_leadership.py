@@ -33,7 +33,7 @@ def test_elect_preferred_leaders(cluster: Cluster) -> None:
     cluster.brokers[1].stop()  # controlled shutdown: brokers 2 and 3 take over
     assert cluster.wait_leader(topic, 0, not_in={1}) == 2
     assert cluster.wait_leader(topic, 1, not_in={1}) == 3
-    cluster.brokers[1].start(timeout=60)
+    cluster.start_broker(1)
     cluster.wait_full_isr(topic, 2)
     assert cluster.leader(topic, 0) == 2  # broker 1 is back, but not leading
     assert cluster.leader(topic, 1) == 3

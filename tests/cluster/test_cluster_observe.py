@@ -262,7 +262,7 @@ def test_broker_failure_is_visible_everywhere(cluster: Cluster, page: Any) -> No
         expect(page.locator(f'#cl-partitions tr[data-tp="{solo}-0"]')).to_contain_text("offline")
         shot(page, "cluster-failure")
     finally:
-        cluster.brokers[victim].start(timeout=60)
+        cluster.start_broker(victim)
 
     # Back: the leader takes the victim into the ISR again, the offline partition gets its leader.
     cluster.wait_full_isr(topic, 1, timeout=60)

@@ -23,7 +23,7 @@ def test_leaders_move_back_to_preferred_replicas(cluster: Cluster) -> None:
     cluster.brokers[1].stop()
     for p in (0, 1):
         cluster.wait_leader(topic, p, not_in={1})
-    cluster.brokers[1].start(timeout=60)
+    cluster.start_broker(1)
     cluster.wait_full_isr(topic, 3)
     # Broker 1 leads none of its two preferred partitions (100% > 10%): both move back.
     wait_until(lambda: [cluster.leader(topic, p) for p in range(3)] == [1, 1, 2], 30,

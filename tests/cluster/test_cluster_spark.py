@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from brokerproc import die_with_parent_hook
 from clusterproc import Cluster, read_partition
 from conftest import unique
 from helpers import confluent_produce, wait_until
@@ -61,7 +62,8 @@ def test_streaming_query_through_leader_changes(cluster: Cluster, tmp_path: Path
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as f:
         job = subprocess.Popen([sys.executable, str(JOB), cluster.bootstrap, topic, str(out), str(ck), "continuous",
-                                "150"], stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                "150"], stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                               preexec_fn=die_with_parent_hook())
     try:
         wait_until(lambda: len(_rows(out)) >= 300, 180, interval=0.5,
                    what="the query's first batches\n" + (log.read_text()[-2000:] if log.exists() else ""))
@@ -69,10 +71,10 @@ def test_streaming_query_through_leader_changes(cluster: Cluster, tmp_path: Path
         victim = cluster.leader(topic, 0)
         cluster.brokers[victim].kill()
         cluster.wait_leader(topic, 0, not_in={victim}, timeout=20)
-        cluster.brokers[victim].start(timeout=60)
+        cluster.start_broker(victim)
         moved = cluster.leader(topic, 1)
         cluster.brokers[moved].stop()
-        cluster.brokers[moved].start(timeout=60)
+        cluster.start_broker(moved)
         try:
             wait_until(lambda: len(_rows(out)) >= RECORDS, 240, interval=0.5, what="every record in the sink")
         except AssertionError:
@@ -125,7 +127,7 @@ def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, tmp_path: Path
     demo = subprocess.Popen([sys.executable, "-m", "strom.cli.main", "demo", "trucking", "-b", cluster.bootstrap,
                              "--duration", "0", "--rate", "100", "--speedup", "30", "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent_hook())
     lines: list[str] = []
 
     def pump() -> None:
@@ -142,7 +144,7 @@ def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, tmp_path: Path
         wait_until(alerts_shown, 120, interval=0.2, what="the demo's first alert")
         moved = cluster.leader(EVENTS_TOPIC, 0)
         cluster.brokers[moved].stop()
-        cluster.brokers[moved].start(timeout=60)
+        cluster.start_broker(moved)
         shown = alerts_shown()
         wait_until(lambda: alerts_shown() > shown and any(out.rglob("*.parquet")), 120, interval=0.2,
                    what="alerts after the leader moved, and a per-driver window written")
@@ -195,6 +197,6 @@ def test_direct_reader_through_a_leader_kill(cluster: Cluster, monkeypatch: pyte
             got += batch.column("value").to_pylist()
         assert cluster.leader(topic, 0) != victim
     finally:
-        cluster.brokers[victim].start(timeout=60)
+        cluster.start_broker(victim)
     assert got == [b"v%05d" % i + b"." * 100 for i in range(n)]
     assert "(retrying)" in caplog.text  # it did lose its leader mid-range

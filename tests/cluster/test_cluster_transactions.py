@@ -107,7 +107,7 @@ def test_transactions_survive_coordinator_failover(cluster: Cluster) -> None:
     broken = {t: len(vs) for t, vs in by_txn.items() if sorted(vs) != [b"t%04d-%d" % (t, i) for i in range(PER_TXN)]}
     assert not broken, f"transactions not all-or-nothing (or duplicated): {list(broken.items())[:5]}"
     # The killed coordinator comes back as a follower; reads stay the same.
-    cluster.brokers[coordinator].start(timeout=60)
+    cluster.start_broker(coordinator)
     wait_until(lambda: len(_read_committed(cluster.bootstrap, topic, len(values), timeout=30)) == len(values), 60,
                interval=1, what="the same committed records after the old coordinator is back")
 

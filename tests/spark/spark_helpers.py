@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brokerproc import die_with_parent_hook
+
 
 @dataclass(frozen=True)
 class Produced:
@@ -94,7 +96,7 @@ def start_job(args: list[str], log: Path, **env: str) -> subprocess.Popen[bytes]
     full_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1", **env}
     with log.open("ab") as f:
         return subprocess.Popen([sys.executable, str(JOB), *args], stdout=f, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent_hook())
 
 
 def batches(ck: Path, kind: str) -> set[int]:

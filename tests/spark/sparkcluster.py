@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from brokerproc import free_port
+from brokerproc import die_with_parent_hook, free_port
 
 import strom
 
@@ -46,7 +46,7 @@ class _Daemon:
     def start(self) -> None:
         with self.log.open("ab") as f:
             self.proc = subprocess.Popen(self.cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=die_with_parent_hook())
 
     def is_ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

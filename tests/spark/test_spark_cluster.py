@@ -18,6 +18,7 @@ from typing import Any
 
 import pyspark
 import pytest
+from brokerproc import die_with_parent_hook
 from spark_helpers import batches, create_topic, kill_group, produce, read_committed, start_job
 from test_spark_trucking import MIN_VIOLATIONS, START_MS, expected_stats
 
@@ -106,7 +107,7 @@ def test_trucking_demo_on_the_cluster(spark_cluster: Any, module_broker: Any, tm
            "--spark-conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"]
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent_hook())
     lines: list[str] = []
     alert = threading.Event()
 
@@ -162,7 +163,8 @@ def test_trucking_job_by_spark_submit(spark_cluster: Any, broker: Any, tmp_path:
     env.pop("SPARK_HOME", None)
     log = tmp_path / "submit.log"
     with log.open("wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=die_with_parent_hook())
     try:
         assert proc.wait(200) == 0, log.read_text()[-3000:]
     finally:
