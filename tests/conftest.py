@@ -53,6 +53,7 @@ def broker_factory(tmp_path: Path) -> Iterator[type]:
 SHARED_SESSION_FIXTURES = {"spark": "spark-session", "shared_cluster": "shared-cluster"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test its xdist group, unless it names one itself: the tests of a module that has a
     module-scoped fixture (a broker, a cluster, a browser for the module) run on one worker, so that
@@ -78,6 +79,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 group = item.nodeid.split("::", 1)[0]
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # Longest first, so that no long group starts last and keeps one worker busy alone at the end:
+    # the shared cluster and Spark's groups, the other cluster and Spark modules, the slowest of
+    # librdkafka's cases, then the rest in their order.
+    items.sort(key=_start_early)
+
+
+def _start_early(item: pytest.Item) -> int:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None and mark.args and mark.args[0] in SHARED_SESSION_FIXTURES.values():
+        return 0
+    if any(slow in item.nodeid for slow in LONGEST_CASES):
+        return 0
+    if item.nodeid.startswith(("tests/cluster/", "tests/spark/")):
+        return 1
+    return 2
+
+
+LONGEST_CASES = ("0098_consumer_txn", "0103_transactions", "0137_barrier_batch_consume")
 
 
 @pytest.hookimpl(hookwrapper=True)

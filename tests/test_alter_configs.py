@@ -181,7 +181,13 @@ def test_dynamic_broker_configs_persist_and_apply(broker_factory: Any) -> None:
     old = int(time.time() * 1000) - 3_600_000
     confluent_produce(bs, "dyn", [{"value": b"x" * 200, "partition": 0, "timestamp": old} for _ in range(30)],
                       {"linger.ms": 0, "batch.num.messages": 1})
-    time.sleep(0.5)
+    # A probe topic with a retention of 1 ms, written after "dyn": once a retention pass has deleted
+    # its old segments, a whole pass (every log, "dyn" too) has run since "dyn" was written.
+    create_topics(bs, {"dyn-probe": 1}, {"retention.ms": "1"})
+    confluent_produce(bs, "dyn-probe", [{"value": b"x" * 200, "partition": 0, "timestamp": old} for _ in range(10)],
+                      {"linger.ms": 0, "batch.num.messages": 1})
+    wait_until(lambda: any("retention: deleted" in line and "dyn-probe-0" in line for line in b.log_lines), 10,
+               what="a retention pass that deleted dyn-probe's segments")
     with RawConnection(bs) as conn:
         assert conn.list_offset("dyn", 0, -2)[0] == 0  # a week of retention by default: nothing goes
     # Cluster-wide default: every topic without an override now keeps 60 s, at once.

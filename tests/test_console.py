@@ -25,6 +25,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 UI_TIMEOUT_MS = 15_000
+# Playwright's expect() has a clock of its own (5 s unless told): the same as the page's.
+expect.set_options(timeout=UI_TIMEOUT_MS)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -111,7 +113,7 @@ def test_message_browser_shows_a_record_just_produced(console_broker: BrokerProc
     # Live: a record produced while the page is open appears without a reload (newest first).
     confluent_produce(console_broker.bootstrap, "console-events",
                       [{"key": b"order-43", "value": b"tea, live", "partition": 1}])
-    expect(table.locator("tbody tr").first).to_contain_text("tea, live", timeout=10_000)
+    expect(table.locator("tbody tr").first).to_contain_text("tea, live")
     expect(table.locator("tbody tr")).to_have_count(2)
     shot(page, "messages")
 

@@ -187,13 +187,17 @@ def test_static_member_restart_gets_same_partitions_without_rebalance(gbroker: B
         wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30, what="stable group")
         b_parts = b.assignment()
         a_events = len(a.snapshot())
+        log_from = len(gbroker.log_lines)
         b.close()  # a static member does not send LeaveGroup: the group waits for it
-        time.sleep(1)
         b2 = ConsumerProcess(bs, "static", "g-static", "b", **{"group.instance.id": "inst-b"}, **static)
         procs.append(b2)
         wait_until(lambda: b2.assignment(), 20, what="restarted member assigned")
         assert b2.assignment() == b_parts
-        time.sleep(2)  # a rebalance would have reached the other member by now
+        # The coordinator decides at the rejoin, before it answers it: it says which way it went, and
+        # a rebalance it started would be in its log before b2 had an assignment.
+        since = gbroker.log_lines[log_from:]
+        assert any("static member inst-b of group static rejoined" in line for line in since), since[-20:]
+        assert not any("preparing to rebalance group static " in line for line in since), since[-20:]
         assert [e for e in a.snapshot()[a_events:] if e["ev"] in ("assign", "revoke")] == []
         assert len(a.assignment()) == 2
     finally:

@@ -97,7 +97,15 @@ def test_idle_ids_and_producers_expire_but_open_transactions_never(broker: Broke
     assert gone.exit_code != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in gone.output
     # Left: only the producer of the open transaction (first offset 3: after data, marker, idempotent).
     wait_until(lambda: list(producers(bs, "expiring").values()) == [3], 15, what="idle producers forgotten")
-    time.sleep(2.5)  # more than an expiration: the ongoing transaction is still there
+    # A transactional id finished now expires a whole expiration later: once it has gone, the open
+    # transaction has outlived that much idleness too, and is still there.
+    create_topics(bs, {"expiring-later": 1})  # its producer state stays off the partition checked below
+    later = txn_producer(bs, "later-writer")
+    later.begin_transaction()
+    later.produce("expiring-later", value=b"committed later")
+    later.commit_transaction(20)
+    wait_until(lambda: "later-writer" in listed(bs), 15, what="the later transactional id listed")
+    wait_until(lambda: "later-writer" not in listed(bs), 15, what="the later transactional id expired")
     assert listed(bs).get("open-writer") == "Ongoing"
     assert list(producers(bs, "expiring").values()) == [3]
     open_.commit_transaction(20)
