@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
+from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -26,6 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.topics")
 
 T = TypeVar("T")
+
+# Kafka's Topic.INTERNAL_TOPICS: only the broker's own coordinators write them (and they replay
+# what is there at load), so a client's Produce and DeleteRecords on them are refused with
+# INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager refuses them.
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 
 class TopicError(Exception):

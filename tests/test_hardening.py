@@ -1,0 +1,110 @@
+"""Attacks a client can make with well-formed requests, each refused the way Kafka refuses it, on a
+real broker: the answer carries Kafka's error code, nothing is written or allocated, and the broker
+keeps serving everyone else (docs/security.md, "What strom defends against")."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from helpers import RawConnection, create_topics, ms, request_class
+from txn_helpers import txn_producer
+
+from strom.coordinator import records as crec
+from strom.protocol.errors import ErrorCode as E
+from strom.records import codec
+
+pytestmark = pytest.mark.timeout(120)
+
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
+
+
+def delete_records(conn: RawConnection, topic: str, partition: int, offset: int) -> Any:
+    req = request_class("delete_records", 2, "DeleteRecordsRequest")
+    dt = request_class("delete_records", 2, "DeleteRecordsTopic")
+    dp = request_class("delete_records", 2, "DeleteRecordsPartition")
+    resp = conn.request(21, 2, req(topics=(dt(name=topic, partitions=(dp(partition_index=partition, offset=offset),)),),
+                                   timeout=ms(10000)))
+    ((p,),) = (t.partitions for t in resp.topics)
+    return p
+
+
+def committed(bootstrap: str, group: str, topic: str, partition: int = 0) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        (tp,) = consumer.committed([TopicPartition(topic, partition)], timeout=15)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def commit(bootstrap: str, group: str, topic: str, offset: int, partition: int = 0) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def forged_offset_commit(group: str, topic: str, partition: int, offset: int) -> bytes:
+    """A batch the group coordinator would replay as a commit of ``offset`` at its next load."""
+    now = int(time.time() * 1000)
+    key = crec.encode_offset_commit_key(crec.OffsetCommitKey(group, topic, partition))
+    value = crec.encode_offset_commit_value(crec.OffsetCommitValue(offset, commit_timestamp=now))
+    return codec.build_batch([(key, value)], timestamp_ms=now)
+
+
+def txn_values(bootstrap: str, topic: str, expect: int) -> list[bytes]:
+    from txn_helpers import confluent_values
+
+    return confluent_values(bootstrap, topic, 1, "read_committed", expect=expect)
+
+
+# ---- 1. internal topics are the coordinators' own -------------------------------------------------
+
+
+def test_produce_and_delete_records_on_internal_topics_are_refused(broker: Any) -> None:
+    bs = broker.bootstrap
+    create_topics(bs, {"orders": 1, "paid": 1})
+    commit(bs, "ledger", "orders", 3)  # makes __consumer_offsets
+    producer = txn_producer(bs, "payer")  # makes __transaction_state
+    producer.begin_transaction()
+    producer.produce("paid", value=b"first", partition=0)
+    producer.commit_transaction(20)
+    del producer
+
+    with RawConnection(bs) as c:
+        for topic in INTERNAL_TOPICS:
+            start, end = c.list_offset(topic, 0, -2)[0], c.log_end_offset(topic, 0)
+            assert end > 0, f"{topic} has the coordinator's records"
+            # Truncating would drop the groups' commits and the transactions' states.
+            deleted = delete_records(c, topic, 0, -1)
+            assert (int(deleted.error_code), deleted.low_watermark) == (E.invalid_topic_exception, -1), (topic, deleted)
+            # A forged commit would be replayed as the group's at the next load.
+            forged = forged_offset_commit("ledger", "paid", 0, 999)
+            answer = c.produce(topic, 0, forged)
+            assert (int(answer.error_code), answer.base_offset) == (E.invalid_topic_exception, -1), (topic, answer)
+            assert int(c.produce(topic, 0, forged, acks=1, version=3).error_code) == E.invalid_topic_exception
+            assert (c.list_offset(topic, 0, -2)[0], c.log_end_offset(topic, 0)) == (start, end), topic
+        # An ordinary topic still takes both.
+        assert int(c.produce("orders", 0, codec.build_batch([(None, b"x")] * 5)).error_code) == 0
+        assert int(delete_records(c, "orders", 0, 1).error_code) == 0
+
+    broker.restart()  # the coordinators replay their topics: what they wrote, and only that
+    bs = broker.bootstrap
+    assert committed(bs, "ledger", "orders") == 3
+    assert committed(bs, "ledger", "paid") < 0  # no commit: the forged one was not stored
+    assert txn_values(bs, "paid", 1) == [b"first"]
+    # The coordinators' own writes go on: another commit, another transaction.
+    commit(bs, "ledger", "orders", 4)
+    producer = txn_producer(bs, "payer")
+    producer.begin_transaction()
+    producer.produce("paid", value=b"second", partition=0)
+    producer.commit_transaction(20)
+    assert committed(bs, "ledger", "orders") == 4
+    assert txn_values(bs, "paid", 2) == [b"first", b"second"]
