@@ -8,7 +8,10 @@ import time
 from typing import Any
 
 import pytest
+from brokerproc import BrokerProcess
 from helpers import RawConnection, create_topics, ms, request_class
+from test_admin_api import call
+from test_metrics import admin_url
 from txn_helpers import txn_producer
 
 from strom.coordinator import records as crec
@@ -108,3 +111,30 @@ def test_produce_and_delete_records_on_internal_topics_are_refused(broker: Any) 
     producer.commit_transaction(20)
     assert committed(bs, "ledger", "orders") == 4
     assert txn_values(bs, "paid", 2) == [b"first", b"second"]
+
+
+# ---- 2. topic names: Kafka's rule, the whole name -------------------------------------------------
+
+
+def test_topic_names_with_a_trailing_newline_are_refused(module_broker: BrokerProcess) -> None:
+    """A name ending in a newline passed a ``^...$`` match; it would have made a directory
+    ``bad\n-0`` and a line break inside the broker's per-partition checkpoint files."""
+    b = module_broker
+    api = admin_url(b) + "/api"
+    bad = ["bad\n", "x" * 248 + "\n", "ok.\n", "\n"]
+    with RawConnection(b.bootstrap) as c:
+        for name in bad:
+            for validate_only in (True, False):
+                created = c.create_topic(name, 1, validate_only=validate_only)
+                assert int(created.error_code) == E.invalid_topic_exception, (name, validate_only, created)
+            (auto,) = c.metadata([name], auto_create=True).topics
+            assert int(auto.error_code) == E.invalid_topic_exception, (name, auto)
+            status, body = call("POST", api + "/topics", {"name": name, "partitions": 1})
+            assert (status, body.get("error_code")) == (400, E.invalid_topic_exception), (name, body)
+        # Kafka's rule still lets every legal name through, up to 249 characters.
+        for name in ("x" * 249, "._-", "Legal.Name_09-"):
+            assert int(c.create_topic(name, 1).error_code) == 0, name
+        names = {t.name for t in c.metadata(None).topics}
+    assert not [n for n in names if "\n" in n]
+    assert not [p.name for p in b.data_dir.iterdir() if "\n" in p.name]
+    assert {"._--0", "Legal.Name_09--0"} <= {p.name for p in b.data_dir.iterdir()}
