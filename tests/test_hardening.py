@@ -138,3 +138,83 @@ def test_topic_names_with_a_trailing_newline_are_refused(module_broker: BrokerPr
     assert not [n for n in names if "\n" in n]
     assert not [p.name for p in b.data_dir.iterdir() if "\n" in p.name]
     assert {"._--0", "Legal.Name_09--0"} <= {p.name for p in b.data_dir.iterdir()}
+
+
+# ---- 3. partitions per request: Kafka's bound, before any allocation -------------------------------
+
+MAX_PARTITIONS = 10_000  # Kafka's per-request bound
+HUGE = 2**31 - 1
+RSS_SLACK = 16 << 20  # what serving a few requests may add; the refused requests would take gigabytes
+
+
+def create_topics_request(conn: RawConnection, topics: dict[str, int], validate_only: bool = False) -> list[Any]:
+    req = request_class("create_topics", 7, "CreateTopicsRequest")
+    ct = request_class("create_topics", 7, "CreatableTopic")
+    body = req(topics=tuple(ct(name=n, num_partitions=p, replication_factor=1, assignments=(), configs=())
+                            for n, p in topics.items()), timeout=ms(30000), validate_only=validate_only)
+    return list(conn.request(19, 7, body).topics)
+
+
+def create_partitions_request(conn: RawConnection, counts: dict[str, int], validate_only: bool = False) -> list[Any]:
+    req = request_class("create_partitions", 3, "CreatePartitionsRequest")
+    topic = request_class("create_partitions", 3, "CreatePartitionsTopic")
+    body = req(topics=tuple(topic(name=n, count=c, assignments=None) for n, c in counts.items()),
+               timeout=ms(30000), validate_only=validate_only)
+    return list(conn.request(37, 3, body).results)
+
+
+def partition_dirs(b: BrokerProcess, topic: str) -> list[str]:
+    return [d.name for d in b.data_dir.iterdir() if d.is_dir() and d.name.rpartition("-")[0] == topic]
+
+
+@pytest.mark.parametrize("way", ["create-topics", "create-topics-validate-only", "create-topics-summed",
+                                 "create-partitions", "create-partitions-validate-only", "create-partitions-summed",
+                                 "rest"])
+def test_requests_for_too_many_partitions_are_refused(module_broker: BrokerProcess, way: str) -> None:
+    b = module_broker
+    api = admin_url(b) + "/api"
+    grown = [f"grown-{way}-{i}" for i in range(2)]
+    with RawConnection(b.bootstrap) as c:
+        created = create_topics_request(c, {name: 1 for name in grown} | {f"warm-{way}": 3})  # every path warm
+        assert [int(t.error_code) for t in created] == [0, 0, 0]
+        assert call("POST", api + "/topics", {"name": f"warm-rest-{way}", "partitions": 1})[0] == 201
+        rss = b.rss_bytes()
+        victim = f"huge-{way}"
+        if way.startswith("create-topics"):
+            asked = {victim: HUGE} if way != "create-topics-summed" else {victim: 5_001, f"{victim}-2": 5_000}
+            answers = create_topics_request(c, asked, validate_only=way.endswith("validate-only"))
+            assert [(t.name, int(t.error_code), t.num_partitions) for t in answers] == \
+                [(n, E.policy_violation, -1) for n in asked]
+        elif way.startswith("create-partitions"):
+            asked = {grown[0]: HUGE} if way != "create-partitions-summed" else {grown[0]: 5_002, grown[1]: 5_001}  # 10,001 new
+            answers = create_partitions_request(c, asked, validate_only=way.endswith("validate-only"))
+            assert [(t.name, int(t.error_code)) for t in answers] == [(n, E.policy_violation) for n in asked]
+        else:
+            status, body = call("POST", api + "/topics", {"name": victim, "partitions": HUGE})
+            assert (status, body.get("error_code")) == (400, E.policy_violation), body
+        grew = b.rss_bytes() - rss
+        assert grew < RSS_SLACK, f"the broker's RSS grew by {grew >> 20} MiB"
+        # Nothing made, nothing half made; and the broker goes on serving.
+        assert not partition_dirs(b, victim) and not partition_dirs(b, f"{victim}-2")
+        assert [len(partition_dirs(b, name)) for name in grown] == [1, 1]
+        (after,) = create_topics_request(c, {f"after-{way}": 3})
+        assert int(after.error_code) == 0 and after.num_partitions == 3
+        assert len(partition_dirs(b, f"after-{way}")) == 3
+        assert {t.name: len(t.partitions) for t in c.metadata(grown).topics} == dict.fromkeys(grown, 1)
+
+
+def test_ten_thousand_partitions_are_not_refused(module_broker: BrokerProcess) -> None:
+    """The bound is Kafka's: 10,000 partitions in one request are allowed (checked validate-only)."""
+    with RawConnection(module_broker.bootstrap) as c:
+        (one,) = create_topics_request(c, {"ten-thousand": MAX_PARTITIONS}, validate_only=True)
+        assert (int(one.error_code), one.num_partitions) == (0, MAX_PARTITIONS)
+        two = create_topics_request(c, {"five-a": 5_000, "five-b": 5_000}, validate_only=True)
+        assert [(int(t.error_code), t.num_partitions) for t in two] == [(0, 5_000), (0, 5_000)]
+        over = create_topics_request(c, {"five-a": 5_000, "five-b": 5_001}, validate_only=True)
+        assert [int(t.error_code) for t in over] == [E.policy_violation] * 2
+        create_topics_request(c, {"grows": 1})
+        (grows,) = create_partitions_request(c, {"grows": 1 + MAX_PARTITIONS}, validate_only=True)
+        assert int(grows.error_code) == 0
+        (too_far,) = create_partitions_request(c, {"grows": 2 + MAX_PARTITIONS}, validate_only=True)
+        assert int(too_far.error_code) == E.policy_violation
+    assert not partition_dirs(module_broker, "ten-thousand") and len(partition_dirs(module_broker, "grows")) == 1
