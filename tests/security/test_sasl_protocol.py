@@ -4,14 +4,19 @@ its own connection."""
 
 from __future__ import annotations
 
+import base64
 import struct
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
+import scramp
 from helpers import ConnectionClosed, RawConnection, ms, request_class, values_batch, wait_until
 from saslraw import authenticate, handshake, login, plain_token
 from sechelpers import Certs, SecureBroker, add_scram_user, start_secure
+
+from strom.security.scram import ScramCredential
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,6 +95,54 @@ def test_wrong_password_gets_sasl_authentication_failed_and_a_close(broker: Secu
         good = login(c, mechanism, user, f"{user}-secret")
         assert good.error_code == 0
         assert c.metadata(None).brokers  # served once authenticated
+
+
+@dataclass(frozen=True)
+class ScramAttempt:
+    salt: bytes
+    iterations: int
+    error_code: int  # of the final SaslAuthenticate
+    error_message: str | None
+    closed: bool
+
+
+def _scram_attempt(broker: SecureBroker, mechanism: str, user: str, password: str) -> ScramAttempt:
+    """The whole exchange in raw frames: what the server-first message shows, then how it ends."""
+    with RawConnection(broker.addr["SASL_PLAINTEXT"]) as c:
+        assert handshake(c, mechanism).error_code == 0
+        client = scramp.ScramClient([mechanism], user, password)
+        first = authenticate(c, client.get_client_first().encode())
+        assert first.error_code == 0, first  # nothing told yet, known user or not
+        server_first = first.auth_bytes.decode()
+        client.set_server_first(server_first)
+        final = authenticate(c, client.get_client_final().encode())
+        fields = dict(f.split("=", 1) for f in server_first.split(","))
+        return ScramAttempt(base64.b64decode(fields["s"]), int(fields["i"]), final.error_code, final.error_message,
+                            c.wait_closed(5))
+
+
+def test_unknown_scram_user_looks_like_a_real_one_until_the_proof(broker: SecureBroker) -> None:
+    """The server-first message of a user that does not exist has the salt length and iteration count
+    of a real user's, and the same salt on every try; the login then fails as a wrong password does."""
+    salts: dict[tuple[str, str], bytes] = {}
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        real = _scram_attempt(broker, mechanism, "dave", "wrong")  # dave: made by librdkafka's AdminClient
+        ghost = _scram_attempt(broker, mechanism, "ghost", "wrong")
+        again = _scram_attempt(broker, mechanism, "ghost", "other")
+        assert ghost.salt == again.salt and ghost.iterations == again.iterations
+        assert (len(ghost.salt), ghost.iterations) == (len(real.salt), real.iterations) == (64, 4096)
+        # The credentials strom makes itself (`strom users add --zookeeper`) have that shape too.
+        made = ScramCredential.from_password(mechanism, "pw")
+        assert (len(made.salt), made.iterations) == (len(real.salt), real.iterations)
+        for attempt in (real, ghost, again):
+            assert (attempt.error_code, attempt.error_message, attempt.closed) == \
+                (58, real.error_message, True)  # SASL_AUTHENTICATION_FAILED, the same words, closed
+        salts[mechanism, "ghost"] = ghost.salt
+        salts[mechanism, "ghost-2"] = _scram_attempt(broker, mechanism, "ghost-2", "x").salt
+    # Salts differ between names and between mechanisms, as real users' do.
+    assert len(set(salts.values())) == 4
+    with RawConnection(broker.addr["SASL_PLAINTEXT"]) as c:
+        assert login(c, "SCRAM-SHA-512", "dave", "dave-secret").error_code == 0
 
 
 def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(broker: SecureBroker) -> None:

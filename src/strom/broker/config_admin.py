@@ -10,6 +10,7 @@ id (this broker's own); both change the defaults every topic without an override
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -112,8 +113,7 @@ class ConfigAdmin:
         self, resource_type: int, resource_name: str, ops: list[tuple[str, int, str | None]]
     ) -> dict[str, str]:
         """The resource's overrides after IncrementalAlterConfigs' (name, operation, value) list."""
-        names = [name for name, _, _ in ops]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = sorted(n for n, times in Counter(name for name, _, _ in ops).items() if times > 1)
         if duplicates:
             raise ConfigChangeError(INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
         configs = self.current(resource_type, resource_name)
@@ -225,14 +225,17 @@ def alter_resources(
     admin: ConfigAdmin, ctx: RequestContext, request: Any, new_configs: Callable[[Any], dict[str, str]]
 ) -> dict[str, Any]:
     """The response shared by AlterConfigs and IncrementalAlterConfigs: per resource, refuse a
-    duplicate, compute its new overrides with ``new_configs`` and apply them (or only validate)."""
-    keys = [(r.resource_type, r.resource_name) for r in request.resources]
+    duplicate, compute its new overrides with ``new_configs`` and apply them (or only validate).
+    As in Kafka, every copy of a resource named more than once is INVALID_REQUEST whatever the
+    principal may do; then each other resource is authorized on its own. Counted in one pass: a
+    request may name thousands of resources."""
+    times = Counter((r.resource_type, r.resource_name) for r in request.resources)
     responses = []
     for r in request.resources:
         entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                                  "resource_name": r.resource_name}
         try:
-            if keys.count((r.resource_type, r.resource_name)) > 1:
+            if times[(r.resource_type, r.resource_name)] > 1:
                 raise ConfigChangeError(INVALID_REQUEST, f"Duplicate resource {r.resource_name!r} in the request")
             refused = admin.broker.acls.config_resource_error(ctx, AclOperation.ALTER_CONFIGS, int(r.resource_type),
                                                               r.resource_name)

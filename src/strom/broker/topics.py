@@ -17,6 +17,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
+from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
+from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -26,6 +29,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.topics")
 
 T = TypeVar("T")
+
+# Kafka's Topic.INTERNAL_TOPICS: only the broker's own coordinators write them (and they replay
+# what is there at load), so a client's Produce and DeleteRecords on them are refused with
+# INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager refuses them.
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
+
+# Kafka's bound on the partitions one request may create, summed over its topics (KRaft's
+# ReplicationControlManager.MAX_PARTITIONS_PER_BATCH): checked before anything is allocated.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 
 
 class TopicError(Exception):
@@ -47,6 +59,14 @@ INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 KAFKA_STORAGE_ERROR = 56
+
+
+def refuse_excessive_partitions(count: int) -> None:
+    """POLICY_VIOLATION when one request would create more than MAX_PARTITIONS_PER_REQUEST
+    partitions, as Kafka answers it (CreateTopics, validate-only too, and CreatePartitions)."""
+    if count > MAX_PARTITIONS_PER_REQUEST:
+        raise TopicError(E.policy_violation, f"The request would create {count} partitions; one request may "
+                                             f"create at most {MAX_PARTITIONS_PER_REQUEST}.")
 
 
 class TopicManager:
@@ -114,6 +134,7 @@ class TopicManager:
             raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if partitions <= 0:
             raise TopicError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        refuse_excessive_partitions(partitions)  # requests check their sum first; every other way in here
         if replication_factor <= 0:
             raise TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         if self.broker.cluster is None:
@@ -319,6 +340,7 @@ class TopicManager:
             raise TopicError(INVALID_PARTITIONS,
                              f"Topic currently has {topic.partitions} partitions, which is higher than or equal to "
                              f"the requested {total}.")
+        refuse_excessive_partitions(total - topic.partitions)
         if self.broker.cluster is not None:
             await self._add_partitions_in_cluster(topic, total)
             return

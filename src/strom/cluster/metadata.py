@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+# Kafka's Topic.LEGAL_CHARS. Used with fullmatch: "$" alone would also match before a final "\n".
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 METADATA_FILE = "strom-cluster-metadata.json"
 
@@ -44,7 +45,7 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicName(f"topic name cannot be {name!r}")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicName(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _LEGAL_TOPIC.match(name):
+    if not _LEGAL_TOPIC.fullmatch(name):
         raise InvalidTopicName(f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'")
 
 

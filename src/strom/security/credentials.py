@@ -5,7 +5,6 @@ and mechanism, Kafka's credential text (security/scram.py)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -14,6 +13,7 @@ from strom.security.scram import ScramCredential
 from strom.storage.checkpoint import write_atomic
 
 CREDENTIALS_FILE = "scram-credentials.json"
+CREDENTIALS_FILE_MODE = 0o600
 
 # user -> mechanism -> credential
 Credentials = dict[str, dict[str, ScramCredential]]
@@ -56,6 +56,6 @@ class FileCredentialStore:
             users.setdefault(user, {})[mechanism] = credential
         users = {u: m for u, m in users.items() if m}
         doc = {"version": 1, "users": {u: {m: c.to_text() for m, c in ms.items()} for u, ms in users.items()}}
-        write_atomic(self.path, json.dumps(doc, indent=1).encode())
-        os.chmod(self.path, 0o600)  # salted keys, but still nobody else's business
+        # Salted keys, but still nobody else's business: private from the temporary file's creation.
+        write_atomic(self.path, json.dumps(doc, indent=1).encode(), mode=CREDENTIALS_FILE_MODE)
         self._users = users

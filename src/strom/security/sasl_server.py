@@ -15,7 +15,7 @@ from typing import Protocol
 
 import scramp
 
-from strom.security.scram import MIN_ITERATIONS, ScramCredential
+from strom.security.scram import DEFAULT_ITERATIONS, SALT_BYTES, ScramCredential
 
 PLAIN = "PLAIN"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -75,6 +75,15 @@ CredentialLookup = Callable[[str, str], ScramCredential | None]
 _DECOY_SECRET = os.urandom(32)
 
 
+def decoy_salt(mechanism: str, user: str, secret: bytes = _DECOY_SECRET) -> bytes:
+    """The salt an unknown user is shown: SALT_BYTES derived with HMAC-SHA256 under ``secret`` from
+    the mechanism and the name (a block counter extends it past one digest), so it is the same on
+    every try, differs between mechanisms as a real user's do, and is as long as a real one."""
+    seed = mechanism.encode() + b"\0" + user.encode()
+    blocks = (SALT_BYTES + hashlib.sha256().digest_size - 1) // hashlib.sha256().digest_size
+    return b"".join(hmac.digest(secret, seed + bytes([i]), hashlib.sha256) for i in range(1, blocks + 1))[:SALT_BYTES]
+
+
 class ScramServer:
     """RFC 5802 through scramp: client-first -> server-first, client-final -> server-final."""
 
@@ -95,10 +104,10 @@ class ScramServer:
         self._known = credential is not None
         if credential is None:
             # An unknown user gets a plausible exchange that fails at the proof, as a wrong password
-            # does: the answer does not tell which users exist.
-            salt = hmac.digest(_DECOY_SECRET, user.encode(), hashlib.sha256)[:16]
+            # does: a salt and iteration count shaped as the tools make them, the same salt on every
+            # try, so the answer does not tell which users exist.
             keys = os.urandom(64)
-            credential = ScramCredential(salt, keys[:32], keys[32:], MIN_ITERATIONS)
+            credential = ScramCredential(decoy_salt(self.mechanism, user), keys[:32], keys[32:], DEFAULT_ITERATIONS)
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def evaluate(self, token: bytes) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 from dataclasses import dataclass
 
 import scramp
@@ -21,6 +22,12 @@ _HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 # Kafka's ScramMechanism bounds.
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+# How the credentials strom makes look, for both mechanisms: `strom users add` asks for 4096
+# iterations by default, and its AdminClient (librdkafka) salts with 64 random bytes; the
+# --zookeeper path (from_password) salts the same way. An unknown user's made-up credential has the
+# same shape (sasl_server.py), so the answer to a client-first message does not tell who exists.
+DEFAULT_ITERATIONS = MIN_ITERATIONS
+SALT_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -31,8 +38,9 @@ class ScramCredential:
     iterations: int
 
     @classmethod
-    def from_password(cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
-        salt, stored_key, server_key, i = scramp.ScramMechanism(mechanism).make_auth_info(password, iterations)
+    def from_password(cls, mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
+        salt, stored_key, server_key, i = scramp.ScramMechanism(mechanism).make_auth_info(
+            password, iterations, salt=os.urandom(SALT_BYTES))
         return cls(salt, stored_key, server_key, i)
 
     @classmethod

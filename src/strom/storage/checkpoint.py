@@ -7,6 +7,7 @@ old file or the new one, never a torn mix.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import time
@@ -39,11 +40,21 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, fsync: bool = True, fsync_directory: bool = True) -> None:
+def write_atomic(path: Path, data: bytes, *, fsync: bool = True, fsync_directory: bool = True,
+                 mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``. Without fsync the rename is still atomic, not yet durable.
-    ``fsync_directory=False``: the caller fsyncs the directory itself (once for many files)."""
+    ``fsync_directory=False``: the caller fsyncs the directory itself (once for many files).
+    ``mode`` is given to the temporary file as it is created, before any byte is in it, and the
+    rename keeps it: a private file (no rights for group or others, e.g. 0o600) is never readable by
+    others, not even for a moment. For a private file, a temporary file left by a crash is removed
+    rather than reused: an existing file keeps its own mode, and whoever has it open keeps reading."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    if not mode & 0o077:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    fd = os.open(tmp, flags, mode)
     try:
         view = memoryview(data)
         while view:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.topics import TopicError
+from strom.broker.topics import TopicError, refuse_excessive_partitions
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -45,6 +45,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     # CREATE on the cluster allows every topic; otherwise CREATE on each topic is needed.
     denied = set() if acls.cluster_allowed(ctx, AclOperation.CREATE, audit_denial=False) else acls.denied(
         ctx, AclOperation.CREATE, ResourceType.TOPIC, (t.name for t in request.topics))
+    try:
+        refuse_excessive_partitions(_partitions_asked(broker, request.topics, denied))
+    except TopicError as e:  # the whole request, before anything is made or allocated (Kafka's way)
+        return {"throttle_time": 0, "topics": [
+            {"name": t.name, "error_code": e.error_code, "error_message": e.message, "configs": None,
+             "num_partitions": -1, "replication_factor": -1} for t in request.topics]}
     for t in request.topics:
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         partitions = t.num_partitions
@@ -75,3 +81,22 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             entry.update(error_code=e.error_code, error_message=e.message, num_partitions=-1, replication_factor=-1)
         results.append(entry)
     return {"throttle_time": 0, "topics": results}
+
+
+def _partitions_asked(broker: Broker, topics: Any, denied: set[str]) -> int:
+    """The partitions the request would create, counted as Kafka counts them: its assignments, or
+    num_partitions (-1: num.partitions), for each topic that would be tried (named the first time,
+    and one the principal may create)."""
+    total = 0
+    counted: set[str] = set()
+    for t in topics:
+        if t.name in counted or t.name in denied:
+            continue
+        counted.add(t.name)
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += broker.config.num_partitions
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total

@@ -3,7 +3,8 @@
 In a cluster the request goes to each partition's leader, which moves its own log start at once
 and answers when every replica on a live broker has followed (a follower learns the leader's log
 start from its next fetch and reports its own in the one after), or REQUEST_TIMED_OUT after the
-request's timeout, as Kafka's delayed DeleteRecords does.
+request's timeout, as Kafka's delayed DeleteRecords does. The internal topics are refused with
+INVALID_TOPIC_EXCEPTION: their records are the coordinators' state.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.topics import INTERNAL_TOPICS
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -43,6 +46,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             plog: PartitionLog | None
             if t.name in denied:
                 entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                continue
+            if t.name in INTERNAL_TOPICS:  # the coordinators' state: Kafka refuses this too
+                entry["error_code"] = E.invalid_topic_exception
                 continue
             if replicas is None:
                 plog = broker.log_manager.get_log(t.name, p.partition_index)

@@ -3,7 +3,8 @@
 No per-record work: only the 61-byte batch headers are read (compacted topics excepted: there each
 record is read as far as its key length, and keyless records are refused, as in Kafka). With
 log.flush.interval.messages reached (e.g. 1), the ack waits for the fsync; all partitions of a
-request are flushed together (one fsync per log per request: group commit).
+request are flushed together (one fsync per log per request: group commit). The internal topics
+(__consumer_offsets, __transaction_state) take no client writes: INVALID_TOPIC_EXCEPTION, as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.topics import INTERNAL_TOPICS
+from strom.protocol.errors import ErrorCode as E
 from strom.records.batch import BatchHeader, InvalidRecordBatch, iter_batches
 from strom.records.codec import null_key_indexes
 from strom.security.acl import AclOperation, ResourceType
@@ -145,12 +148,17 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     refused = _refused(broker, ctx, request) if broker.acls.enabled else {}
     for topic in request.topic_data:
         parts = []
+        internal = topic.name in INTERNAL_TOPICS
         for pd in topic.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_result(pd.index, INVALID_REQUIRED_ACKS))
                 continue
             if refused and (refusal := refused.get(topic.name)):
                 parts.append(_result(pd.index, refusal))
+                continue
+            if internal:  # written by the coordinators only, which replay it at load
+                parts.append(_result(pd.index, E.invalid_topic_exception,
+                                     message=f"Cannot append to internal topic {topic.name}"))
                 continue
             epoch = 0
             part = None
