@@ -53,6 +53,5 @@ def test_a_failed_registration_read_is_read_again_on_reconnect(zk_view: ZooKeepe
     with caplog.at_level(logging.INFO):
         caplog.clear()
         store.close()
-        loop.run_until_complete(asyncio.sleep(0.3))
-    assert "ZooKeeper session closed" in caplog.text
+        run_until(loop, lambda: "ZooKeeper session closed" in caplog.text)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
