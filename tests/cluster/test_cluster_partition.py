@@ -70,8 +70,10 @@ class Network:
                 proxy.cut(mode, from_pids={self.pid(broker_id)})  # its own fetches from the others
 
     def heal(self) -> None:
+        """Every link back, then settle: what the brokers serve agrees with ZooKeeper again."""
         for proxy in (*self.zookeeper.values(), *self.replication.values()):
             proxy.heal()
+        self.cluster.settle()
 
     def describe(self) -> str:
         return ", ".join(repr(p) for p in (*self.zookeeper.values(), *self.replication.values()))
