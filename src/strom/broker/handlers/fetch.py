@@ -2,6 +2,12 @@
 
 The response holds whole batches read from the segment files; nothing is decoded. When less than
 min_bytes is available the request waits for a produce to one of its partitions (or max_wait).
+
+A fetch that names a replica id (a follower's) is served as one only on the partition's leader in a
+cluster, and only for a broker that is one of the partition's replicas (with an authorizer, it also
+needs CLUSTER_ACTION): a follower fetch reads up to the log end, past the high watermark, moves the
+high watermark and the ISR, and no client quota applies to it. Anyone else who names a replica id
+gets Kafka's answer for it (Partition.followerReplicaOrThrow) and nothing is read or recorded.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.context import QUOTA_EXEMPT
 from strom.protocol import splice
+from strom.protocol.errors import ErrorCode as E
 from strom.protocol.splice import BlobSplicer
 from strom.security.acl import AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
@@ -25,10 +32,6 @@ API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 16
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
-TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ID_VERSION = 13
 READ_COMMITTED = 1
 
@@ -46,12 +49,13 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
               version: int, replica_id: int = -1,
-              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
-    """One pass over the requested partitions: (response topics, bytes found, any error)."""
+              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool, bool]:
+    """One pass over the requested partitions: (response topics, bytes found, any error, whether
+    any partition was served as a follower's)."""
     replicas = broker.replicas  # None on a single broker: it leads every partition
     remaining = max_bytes
     total = 0
-    errors = False
+    errors = followed = False
     responses = []
     for name, topic_id, t in topics:
         parts = []
@@ -69,19 +73,27 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
             max_offset = None  # consumers read below the high watermark
             if name is None:
                 plog = None
-                entry["error_code"] = UNKNOWN_TOPIC_ID if version >= TOPIC_ID_VERSION else UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = E.unknown_topic_id if version >= TOPIC_ID_VERSION else E.unknown_topic_or_partition
             elif replicas is None:
                 plog = broker.log_manager.get_log(name, p.partition)
                 if plog is None:
-                    entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                    entry["error_code"] = E.unknown_topic_or_partition
+                elif replica_id >= 0:  # one broker has no followers: whoever names one is not it
+                    plog, entry["error_code"] = None, _not_a_replica(p)
             else:
                 part, entry["error_code"] = replicas.leader_partition(
                     name, p.partition, getattr(p, "current_leader_epoch", -1))
                 plog = part.log if part is not None else None
-                if part is not None and replica_id >= 0 and p.fetch_offset <= part.log.log_end_offset:
-                    # A follower: its fetch offset is its log end; it copies up to ours.
-                    replicas.follower_fetched(part, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
-                    max_offset = part.log.log_end_offset
+                if part is not None and replica_id >= 0:
+                    if replica_id == part.broker_id or replica_id not in part.replicas:
+                        # Not a follower of this partition: nothing is read, no follower state kept.
+                        plog, entry["error_code"] = None, _not_a_replica(p)
+                    elif p.fetch_offset <= part.log.log_end_offset:
+                        # A follower: its fetch offset is its log end; it copies up to ours.
+                        replicas.follower_fetched(part, replica_id, p.fetch_offset,
+                                                  getattr(p, "log_start_offset", -1))
+                        max_offset = part.log.log_end_offset
+                        followed = True
             if plog is None:
                 errors = True
             else:
@@ -96,7 +108,7 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     data = plog.read(p.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=total == 0) \
                         if limit > 0 or total == 0 else b""
                 except OffsetOutOfRange:
-                    entry["error_code"] = OFFSET_OUT_OF_RANGE
+                    entry["error_code"] = E.offset_out_of_range
                     errors = True
                     data = b""
                 entry["records"] = data
@@ -110,7 +122,14 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
             parts.append(entry)
         key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
         responses.append({key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": parts})
-    return responses, total, errors
+    return responses, total, errors, followed
+
+
+def _not_a_replica(p: Any) -> int:
+    """Kafka's answer to a fetch naming a replica id that is not one of the partition's followers
+    (Partition.followerReplicaOrThrow): UNKNOWN_LEADER_EPOCH when the request carries the leader
+    epoch, else NOT_LEADER_OR_FOLLOWER."""
+    return E.unknown_leader_epoch if getattr(p, "current_leader_epoch", -1) >= 0 else E.not_leader_or_follower
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
@@ -133,10 +152,10 @@ def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUI
         max_bytes = min(max_bytes, cap)
     replica_id = _replica_id(request)
     committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
-    responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id, committed)
+    responses, total, errors, followed = _read_all(broker, topics, max_bytes, version, replica_id, committed)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
     if total >= request.min_bytes or errors or at_once or not keys or request.max_wait.total_seconds() <= 0:
-        return _result(broker, topics, responses, replica_id)
+        return _result(broker, topics, responses, replica_id, followed)
     return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id, committed)
 
 
@@ -157,7 +176,7 @@ def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | Non
         return topics, []
     key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
     refused = [{key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": [
-        {"partition_index": p.partition, "error_code": TOPIC_AUTHORIZATION_FAILED, "high_watermark": -1,
+        {"partition_index": p.partition, "error_code": E.topic_authorization_failed, "high_watermark": -1,
          "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
          "preferred_read_replica": -1, "records": b""} for p in t.partitions]}
         for name, topic_id, t in topics if name in denied]
@@ -202,15 +221,16 @@ async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id, read_committed)
+        responses, total, errors, followed = _read_all(broker, topics, max_bytes, version, replica_id,
+                                                       read_committed)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0:
-            return _result(broker, topics, responses, replica_id)
+            return _result(broker, topics, responses, replica_id, followed)
         await broker.purgatory.wait(keys, remaining)
 
 
 def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-            responses: list[dict[str, Any]], replica_id: int = -1) -> dict[str, Any]:
+            responses: list[dict[str, Any]], replica_id: int = -1, followed: bool = False) -> dict[str, Any]:
     if replica_id < 0:  # bytes out to consumers; followers' copies are replication, not consumption
         broker.metrics.fetched(topics, responses)
     # The record batches go to the socket beside the encoded response, not through the encoder.
@@ -219,4 +239,4 @@ def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any
         for entry in topic["partitions"]:
             entry["records"] = blobs.hold(entry["records"])
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses,
-            splice.RESULT_KEY: blobs, QUOTA_EXEMPT: replica_id >= 0}
+            splice.RESULT_KEY: blobs, QUOTA_EXEMPT: followed}

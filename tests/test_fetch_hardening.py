@@ -1,0 +1,119 @@
+"""Attacks on the fetch path, each refused the way Kafka refuses it, on a real broker with raw
+protocol bytes or a real client: the answer carries Kafka's error code or stays within the broker's
+bounds, and the broker keeps serving everyone else with nothing lost (docs/security.md, "What strom
+defends against"). The cluster case is in tests/cluster/test_cluster_fetch_hardening.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from helpers import RawConnection, ms, request_class, values_batch, wait_until
+from test_cli_configs import ok
+from txn_helpers import txn_producer
+
+from strom.protocol.errors import ErrorCode as E
+from strom.records import batch as rb
+
+pytestmark = pytest.mark.timeout(120)
+
+INT_MAX = 2**31 - 1
+
+
+def fetch(conn: RawConnection, topic: str, offsets: dict[int, int], *, version: int = 12, replica_id: int = -1,
+          max_bytes: int = INT_MAX, partition_max_bytes: int = INT_MAX, isolation_level: int = 0,
+          leader_epoch: int = -1, min_bytes: int = 0, max_wait_ms: int = 0) -> Any:
+    """One raw Fetch of ``topic`` (partition -> fetch offset); from v15 the replica id travels in
+    ReplicaState, and from v13 the topic is named by its id."""
+    def make(name: str, **fields: Any) -> Any:  # the fields this version has
+        cls = request_class("fetch", version, name)
+        return cls(**{f.name: fields[f.name] for f in dataclasses.fields(cls)})
+
+    parts = tuple(make("FetchPartition", partition=p, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=partition_max_bytes)
+                  for p, offset in offsets.items())
+    named = {"topic_id": conn.topic_id(topic), "topic": None} if version >= 13 else {"topic": topic}
+    state = make("ReplicaState", replica_id=replica_id, replica_epoch=-1) if version >= 15 else None
+    body = make("FetchRequest", cluster_id=None, replica_id=replica_id, replica_state=state,
+                max_wait=ms(max_wait_ms), min_bytes=min_bytes, max_bytes=max_bytes,
+                isolation_level=isolation_level, session_id=0, session_epoch=-1,
+                topics=(make("FetchTopic", **named, partitions=parts),), forgotten_topics_data=(), rack_id="")
+    return conn.request(1, version, body)
+
+
+def partitions(response: Any) -> dict[int, Any]:
+    (topic,) = response.responses
+    return {int(p.partition_index): p for p in topic.partitions}
+
+
+def batches(data: bytes | None) -> list[rb.BatchHeader]:
+    return rb.iter_batches(bytes(data)) if data else []
+
+
+def produce_batches(conn: RawConnection, topic: str, partition: int, count: int, records: int,
+                    value_size: int, tag: str = "v") -> list[bytes]:
+    """``count`` batches of ``records`` values each, in one Produce; returns the values in order."""
+    values = [f"{tag}-{partition}-{i:06d}-".encode().ljust(value_size, b".") for i in range(count * records)]
+    blob = b"".join(values_batch(values[i:i + records]) for i in range(0, len(values), records))
+    assert int(conn.produce(topic, partition, blob).error_code) == 0
+    return values
+
+
+# ---- 1. a client naming a replica id is not a follower ---------------------------------------------
+
+
+def test_a_client_naming_a_replica_id_is_not_served_as_a_follower(broker_factory: Any) -> None:
+    """A consumer under a 1,000 B/s quota that names replica id 7 (or this broker's own id, or
+    ReplicaState in Fetch v15+) used to be served as a follower: no quota, no READ_COMMITTED. One
+    broker has no followers, so Kafka answers NOT_LEADER_OR_FOLLOWER (UNKNOWN_LEADER_EPOCH when the
+    request carries the leader epoch) and reads nothing; consumers go on as before."""
+    b = broker_factory(overrides={"quota.window.num": "3", "quota.window.size.seconds": "1"})
+    bs = b.bootstrap
+    with RawConnection(bs) as conn:
+        for topic in ("orders", "pending"):
+            assert int(conn.create_topic(topic, 1).error_code) == 0
+        orders = produce_batches(conn, "orders", 0, count=100, records=10, value_size=200)  # ~200 KB
+        committed = produce_batches(conn, "pending", 0, count=1, records=5, value_size=50, tag="done")
+    # An open transaction on "pending": its records lie past the last stable offset.
+    producer = txn_producer(bs, "holder")
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce("pending", value=b"open-%d" % i, partition=0)
+    assert producer.flush(20) == 0
+    with RawConnection(bs) as conn:
+        wait_until(lambda: conn.log_end_offset("pending", 0) == 10, what="the open transaction's records")
+    ok("quotas", "alter", "--client-id", "capped", "--add-config", "consumer_byte_rate=1000",
+       "--bootstrap-server", bs)
+    one_batch = len(values_batch(orders[:10]))
+
+    def capped_fetch(**kw: Any) -> Any:  # a new connection each time: a throttled one is left unread
+        with RawConnection(bs, client_id="capped") as conn:
+            return fetch(conn, kw.pop("topic", "orders"), {0: 0}, **kw)
+
+    # The quota is in force: a consumer's fetch gets one window of it (KIP-74: one whole batch).
+    normal = partitions(capped_fetch())[0]
+    assert int(normal.error_code) == 0 and len(batches(normal.records)) == 1, normal
+    assert len(bytes(normal.records)) == one_batch
+
+    for version, epoch, expected in ((12, -1, E.not_leader_or_follower), (12, 0, E.unknown_leader_epoch),
+                                     (4, -1, E.not_leader_or_follower), (16, -1, E.not_leader_or_follower)):
+        for replica_id in (7, 0):  # 0: the broker's own id
+            for topic, isolation in (("orders", 0), ("pending", 1)):
+                p = partitions(capped_fetch(topic=topic, version=version, replica_id=replica_id, leader_epoch=epoch,
+                                            isolation_level=isolation))[0]
+                assert int(p.error_code) == expected, (version, replica_id, topic, p)
+                assert not p.records and p.high_watermark == -1, (version, replica_id, topic, p)
+
+    # Consumers are served as before: the capped one one batch at a time, READ_COMMITTED below the
+    # open transaction, and another client everything.
+    again = partitions(capped_fetch())[0]
+    assert int(again.error_code) == 0 and bytes(again.records) == bytes(normal.records)
+    with RawConnection(bs, client_id="reader") as conn:
+        p = partitions(fetch(conn, "pending", {0: 0}, isolation_level=1))[0]
+        assert int(p.error_code) == 0 and p.last_stable_offset == 5 and p.high_watermark == 10
+        assert [h.last_offset for h in batches(p.records)] == [4]
+        assert [r.value for r in conn.fetch_records("orders", 0)] == orders
+        assert [r.value for r in conn.fetch_records("pending", 0)][:5] == committed
+    producer.abort_transaction(20)
+    assert b.alive()
