@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from helpers import RawConnection, ms, request_class, values_batch, wait_until
+from helpers import RawConnection, confluent_consume, ms, request_class, values_batch, wait_until
 from test_cli_configs import ok
 from txn_helpers import txn_producer
 
@@ -116,4 +116,43 @@ def test_a_client_naming_a_replica_id_is_not_served_as_a_follower(broker_factory
         assert [r.value for r in conn.fetch_records("orders", 0)] == orders
         assert [r.value for r in conn.fetch_records("pending", 0)][:5] == committed
     producer.abort_transaction(20)
+    assert b.alive()
+
+
+# ---- 2. fetch.max.bytes bounds every response ------------------------------------------------------
+
+
+def test_fetch_max_bytes_bounds_a_fetch_asking_for_everything(broker_factory: Any) -> None:
+    """With fetch.max.bytes=1024 a fetch asking 2^31-1 bytes used to get every partition's data up to
+    its partition_max_bytes (200 KB here). Now the response holds at most 1024 bytes, or one whole
+    batch when the first batch is larger (KIP-74), and a real consumer still reads everything."""
+    b = broker_factory(overrides={"fetch.max.bytes": "1024"})
+    topic = "bounded"
+    with RawConnection(b.bootstrap) as conn:
+        assert int(conn.create_topic(topic, 2).error_code) == 0
+        # Partition 0: 300 batches of 3 small records (~300 B each); partition 1: a 5 KB batch first.
+        small = produce_batches(conn, topic, 0, count=300, records=3, value_size=60)
+        big = produce_batches(conn, topic, 1, count=1, records=1, value_size=5000, tag="big")
+        rest = produce_batches(conn, topic, 1, count=300, records=3, value_size=60)
+        assert sum(len(v) for v in small + big + rest) > 100_000
+
+        both = partitions(fetch(conn, topic, {0: 0, 1: 0}))
+        sizes = {p: len(bytes(x.records or b"")) for p, x in both.items()}
+        assert all(int(x.error_code) == 0 for x in both.values()), both
+        assert 0 < sum(sizes.values()) <= 1024, sizes
+        # The first batch goes out whole even when it alone is larger than fetch.max.bytes.
+        (first,) = batches(partitions(fetch(conn, topic, {1: 0}))[1].records)
+        assert first.records_count == 1 and first.size > 1024
+        # Every response: within 1024 bytes or a single batch, however far into the log.
+        for partition, offset in ((0, 0), (0, 450), (1, 1), (1, 600)):
+            data = bytes(partitions(fetch(conn, topic, {partition: offset}))[partition].records or b"")
+            assert data and (len(data) <= 1024 or len(batches(data)) == 1), (partition, offset, len(data))
+        # A min_bytes beyond what may be sent is not waited for (it would wait out max_wait, a minute,
+        # past this connection's 10 s read timeout).
+        waited = partitions(fetch(conn, topic, {0: 0}, min_bytes=INT_MAX, max_wait_ms=60_000))[0]
+        assert 0 < len(bytes(waited.records)) <= 1024
+
+    got = confluent_consume(b.bootstrap, topic, [0, 1], len(small) + len(big) + len(rest), timeout=60)
+    by_partition = {p: [m.value() for m in got if m.partition() == p] for p in (0, 1)}
+    assert by_partition == {0: small, 1: big + rest}
     assert b.alive()

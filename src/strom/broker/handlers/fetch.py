@@ -13,6 +13,7 @@ gets Kafka's answer for it (Partition.followerReplicaOrThrow) and nothing is rea
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from strom.broker.context import QUOTA_EXEMPT
 from strom.protocol import splice
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.splice import BlobSplicer
+from strom.records.batch import BATCH_LENGTH, LAST_OFFSET_DELTA, LOG_OVERHEAD
 from strom.security.acl import AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
 
@@ -34,6 +36,7 @@ MAX_VERSION = 16
 
 TOPIC_ID_VERSION = 13
 READ_COMMITTED = 1
+_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 
 
 def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[str | None, uuid.UUID | None, Any]]:
@@ -50,12 +53,13 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
               version: int, replica_id: int = -1,
               read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool, bool]:
-    """One pass over the requested partitions: (response topics, bytes found, any error, whether
-    any partition was served as a follower's)."""
+    """One pass over the requested partitions: (response topics, bytes found, whether the response
+    is complete at once: an error, or data left out for want of room under ``max_bytes``, and
+    whether any partition was served as a follower's)."""
     replicas = broker.replicas  # None on a single broker: it leads every partition
     remaining = max_bytes
     total = 0
-    errors = followed = False
+    complete = followed = False
     responses = []
     for name, topic_id, t in topics:
         parts = []
@@ -95,7 +99,7 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                         max_offset = part.log.log_end_offset
                         followed = True
             if plog is None:
-                errors = True
+                complete = True
             else:
                 entry["high_watermark"] = plog.high_watermark
                 lso = entry["last_stable_offset"] = plog.last_stable_offset
@@ -109,7 +113,7 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                         if limit > 0 or total == 0 else b""
                 except OffsetOutOfRange:
                     entry["error_code"] = E.offset_out_of_range
-                    errors = True
+                    complete = True
                     data = b""
                 entry["records"] = data
                 if read_committed and data:
@@ -117,12 +121,28 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     entry["aborted_transactions"] = [
                         {"producer_id": t.producer_id, "first_offset": t.first_offset}
                         for t in plog.aborted_transactions(p.fetch_offset, lso)]
+                if not complete and limit == remaining and len(data) < max(limit, 1):
+                    # The response's room ran out here: more to send counts as min_bytes met (as
+                    # Kafka counts the bytes there are, not those sent), else a min_bytes that only
+                    # a cut-off batch would have reached waits out max_wait for nothing.
+                    visible_end = plog.high_watermark if max_offset is None else min(max_offset,
+                                                                                      plog.log_end_offset)
+                    complete = p.fetch_offset < visible_end if not data else _next_offset(data) < visible_end
                 total += len(data)
                 remaining -= len(data)
             parts.append(entry)
         key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
         responses.append({key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": parts})
-    return responses, total, errors, followed
+    return responses, total, complete, followed
+
+
+def _next_offset(data: bytes | memoryview) -> int:
+    """The offset after the last of the whole batches in ``data`` (a walk over batch lengths)."""
+    pos = last = 0
+    while pos + LOG_OVERHEAD <= len(data):
+        last = pos
+        pos += LOG_OVERHEAD + _I32.unpack_from(data, pos + BATCH_LENGTH)[0]
+    return int(_I64.unpack_from(data, last)[0] + _I32.unpack_from(data, last + LAST_OFFSET_DELTA)[0] + 1)
 
 
 def _not_a_replica(p: Any) -> int:
@@ -147,16 +167,20 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
 
 def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
            version: int, at_once: bool = False, cap: int | None = None) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    if cap is not None:  # a consumer byte-rate quota (the first batch still goes out whole: KIP-74)
+    # The response is bounded by the request's max_bytes and the broker's fetch.max.bytes, as in
+    # Kafka (KafkaApis.handleFetchRequest), and per partition by its partition_max_bytes; the first
+    # batch of the first partition with data still goes out whole, whatever its size (KIP-74).
+    max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), broker.config.fetch_max_bytes)
+    if cap is not None:  # a consumer byte-rate quota: one window of it
         max_bytes = min(max_bytes, cap)
+    min_bytes = min(request.min_bytes, max_bytes)  # never wait for more than may be sent
     replica_id = _replica_id(request)
     committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
-    responses, total, errors, followed = _read_all(broker, topics, max_bytes, version, replica_id, committed)
+    responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id, committed)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
-    if total >= request.min_bytes or errors or at_once or not keys or request.max_wait.total_seconds() <= 0:
+    if total >= min_bytes or complete or at_once or not keys or request.max_wait.total_seconds() <= 0:
         return _result(broker, topics, responses, replica_id, followed)
-    return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id, committed)
+    return _long_poll(broker, request, topics, keys, max_bytes, min_bytes, version, replica_id, committed)
 
 
 def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
@@ -210,8 +234,8 @@ def _replica_id(request: Any) -> int:
 
 
 async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                     keys: list[tuple[str, int]], max_bytes: int, version: int, replica_id: int,
-                     read_committed: bool) -> dict[str, Any]:
+                     keys: list[tuple[str, int]], max_bytes: int, min_bytes: int, version: int,
+                     replica_id: int, read_committed: bool) -> dict[str, Any]:
     """Wait for produces to the partitions (purgatory) until min_bytes are there or max_wait ends.
 
     Each pass reads and then registers with the purgatory in one step (no await between them), so a
@@ -221,10 +245,10 @@ async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        responses, total, errors, followed = _read_all(broker, topics, max_bytes, version, replica_id,
-                                                       read_committed)
+        responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
+                                                         read_committed)
         remaining = deadline - loop.time()
-        if total >= request.min_bytes or errors or remaining <= 0:
+        if total >= min_bytes or complete or remaining <= 0:
             return _result(broker, topics, responses, replica_id, followed)
         await broker.purgatory.wait(keys, remaining)
 
