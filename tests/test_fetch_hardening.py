@@ -5,16 +5,28 @@ defends against"). The cluster case is in tests/cluster/test_cluster_fetch_harde
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import struct
+import time
 from typing import Any
 
 import pytest
-from helpers import RawConnection, confluent_consume, ms, request_class, values_batch, wait_until
+from helpers import (
+    RawConnection,
+    confluent_consume,
+    confluent_produce,
+    ms,
+    request_class,
+    values_batch,
+    wait_until,
+)
 from test_cli_configs import ok
 from txn_helpers import txn_producer
 
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
+from strom.records import codec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -156,3 +168,82 @@ def test_fetch_max_bytes_bounds_a_fetch_asking_for_everything(broker_factory: An
     by_partition = {p: [m.value() for m in got if m.partition() == p] for p in (0, 1)}
     assert by_partition == {0: small, 1: big + rest}
     assert b.alive()
+
+
+# ---- 3. a decompression bomb is read a chunk at a time ---------------------------------------------
+
+
+def zstd_bomb(value_size: int, timestamp_ms: int) -> bytes:
+    """One record batch of a few KB whose one record's value is ``value_size`` zero bytes, zstd
+    compressed: a frame for the record's head, a 16 MiB frame of zeros as often as needed, and a
+    frame for its (empty) headers, as one zstd stream."""
+    import cramjam
+    import crc32c
+
+    head = bytearray([0])  # attributes
+    for v in (0, 0, 1):  # timestamp delta, offset delta, key length
+        codec._write_varint(head, v)
+    head += b"k"
+    codec._write_varint(head, value_size)
+    record = bytearray()
+    codec._write_varint(record, len(head) + value_size + 1)  # + the header count
+    record += head
+    piece = 16 << 20
+    assert value_size % piece == 0
+    zeros = bytes(cramjam.zstd.compress(bytes(piece)))
+    payload = (bytes(cramjam.zstd.compress(bytes(record))) + zeros * (value_size // piece)
+               + bytes(cramjam.zstd.compress(b"\x00")))
+    batch = bytearray(codec.build_batch([(b"k", b"")], timestamp_ms=timestamp_ms)[: rb.HEADER_SIZE] + payload)
+    struct.pack_into(">i", batch, rb.BATCH_LENGTH, len(batch) - rb.LOG_OVERHEAD)
+    struct.pack_into(">h", batch, rb.ATTRIBUTES, codec.ZSTD)
+    struct.pack_into(">I", batch, rb.CRC, crc32c.crc32c(bytes(batch[rb.ATTRIBUTES:])))
+    return bytes(batch)
+
+
+def test_a_compression_bomb_is_never_decompressed_whole(broker_factory: Any) -> None:
+    """An 8 KB zstd batch holding 256 MiB, then ListOffsets by timestamp: the broker used to
+    decompress the whole batch (its peak memory grew by over 500 MB). It now reads the records a
+    chunk at a time and stops at 64 times max.message.bytes, answering for that batch as a whole;
+    the console's message view skips it; fetches serve it as stored. Memory stays put, the broker
+    serves everyone, nothing else is lost."""
+    from test_admin_api import call
+    from test_metrics import admin_url
+
+    b = broker_factory()
+    topic = "bomb"
+    now = int(time.time() * 1000)
+    bomb = zstd_bomb(256 << 20, now - 2000)
+    assert len(bomb) < 16 * 1024
+    (bomb_header,) = rb.iter_batches(bomb)
+    assert bomb_header.records_count == 1
+    with RawConnection(b.bootstrap) as conn:
+        assert int(conn.create_topic(topic, 1).error_code) == 0
+        before = [b"a-%d" % i for i in range(3)]
+        after = [b"c-%d" % i for i in range(3)]
+        assert int(conn.produce(topic, 0, values_batch(before, timestamp_ms=now - 3000)).error_code) == 0
+        assert int(conn.produce(topic, 0, bomb).error_code) == 0  # stored as it came
+        assert int(conn.produce(topic, 0, values_batch(after, timestamp_ms=now - 1000)).error_code) == 0
+        assert conn.list_offset(topic, 0, now - 3000) == (0, now - 3000)  # warm: an ordinary lookup
+        rss = b.rss_bytes()
+        b.reset_peak_rss()  # what passes through memory counts too, not only what stays
+
+        for _ in range(3):
+            assert conn.list_offset(topic, 0, now - 2500) == (3, now - 2000)  # the bomb's batch, whole
+            assert conn.list_offset(topic, 0, now - 1000) == (4, now - 1000)  # past it, record by record
+            p = partitions(fetch(conn, topic, {0: 0}))[0]
+            assert int(p.error_code) == 0 and bytes(p.records).count(bomb[rb.ATTRIBUTES:]) == 1
+        grown = b.peak_rss_bytes() - rss
+        assert grown < 64 << 20, f"the broker's memory grew by {grown >> 20} MiB"
+        status, view = call("GET", f"{admin_url(b)}/api/topics/{topic}/messages?partition=0&offset=0")
+        assert status == 200
+        shown = [base64.b64decode(r["value"]) for r in view["records"]]
+        assert shown == before + after, [v[:10] for v in shown]
+        grown = b.peak_rss_bytes() - rss
+        assert grown < 64 << 20, f"the broker's memory grew by {grown >> 20} MiB"
+        assert b.alive()
+        assert [r.value for r in conn.fetch_records(topic, 0, 4)] == after
+    # Another client is served.
+    values = [{"value": b"later-%d" % i} for i in range(50)]
+    confluent_produce(b.bootstrap, topic, values)
+    got = confluent_consume(b.bootstrap, topic, [0], 53, start=4)
+    assert [m.value() for m in got] == after + [v["value"] for v in values]
