@@ -140,6 +140,22 @@ class BrokerProcess:
                     return int(line.split()[1]) * 1024
         return 0
 
+    def peak_rss_bytes(self) -> int:
+        """The most resident memory the broker has had (VmHWM) since it started or since
+        reset_peak_rss(): what a passing allocation cost, after it was freed."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def reset_peak_rss(self) -> None:
+        """Start peak_rss_bytes() again from the current resident memory (Linux's clear_refs)."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
+            f.write("5")
+
     def log_text(self) -> str:
         return "\n".join(self.log_lines)
 

@@ -160,6 +160,27 @@ def test_a_consumer_over_its_quota_is_held_to_it(quota_broker: BrokerProcess) ->
         ok("quotas", "alter", "--client-id", "slow-reader", "--delete-config", "consumer_byte_rate", *b)
 
 
+def test_a_small_fetch_under_a_consumer_quota_is_answered(quota_broker: BrokerProcess) -> None:
+    """A fetch response whose records all stay inside the encoded frame (under 4 KB) is counted
+    against the quota like any other; it used to fail the handler and close the connection."""
+    from helpers import values_batch
+
+    b = ["--bootstrap-server", quota_broker.bootstrap]
+    topic = f"quota-small-{time.monotonic_ns()}"
+    with RawConnection(quota_broker.bootstrap) as conn:
+        conn.create_topic(topic, 1)
+        assert int(conn.produce(topic, 0, values_batch([b"small"] * 3)).error_code) == 0
+    ok("quotas", "alter", "--client-id", "small-reader", "--add-config", "consumer_byte_rate=100", *b)
+    try:
+        with RawConnection(quota_broker.bootstrap, client_id="small-reader") as conn:
+            p = conn.fetch(topic, 0, 0)
+            assert int(p.error_code) == 0 and 0 < len(p.records) < 4096
+        with RawConnection(quota_broker.bootstrap, client_id="small-reader") as conn:
+            assert [r.value for r in conn.fetch_records(topic, 0)] == [b"small"] * 3  # a new connection
+    finally:
+        ok("quotas", "alter", "--client-id", "small-reader", "--delete-config", "consumer_byte_rate", *b)
+
+
 def test_idle_clients_buckets_are_forgotten(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Under a default client-id quota every client id gets its own bucket; once a client has been
     idle long enough for its bucket to refill, the bucket goes (it equals a new one), so a stream

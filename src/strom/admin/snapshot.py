@@ -245,6 +245,7 @@ def read_messages(plog: PartitionLog, query: MessageQuery) -> dict[str, Any]:
         first = max(start, hw - limit)
     records: list[dict[str, Any]] = []
     position = first
+    max_size = codec.max_inflated_size(plog.config.max_message_bytes)
     for _ in range(_MAX_READS):
         if position >= hw or len(records) >= limit:
             break
@@ -258,11 +259,14 @@ def read_messages(plog: PartitionLog, query: MessageQuery) -> dict[str, Any]:
         for h in headers:
             if not h.is_control:
                 log_append_time = bool(h.attributes & rb.TIMESTAMP_TYPE_MASK)
-                for r in codec.iter_records(data, h):
-                    if r.offset < position or len(records) >= limit:
-                        continue
-                    records.append(_record_view(r, h.max_timestamp if log_append_time else r.timestamp,
-                                                "LogAppendTime" if log_append_time else "CreateTime"))
+                try:
+                    for r in codec.iter_records(data, h, max_size):
+                        if r.offset < position or len(records) >= limit:
+                            continue
+                        records.append(_record_view(r, h.max_timestamp if log_append_time else r.timestamp,
+                                                    "LogAppendTime" if log_append_time else "CreateTime"))
+                except rb.InvalidRecordBatch:
+                    pass  # a batch that cannot be read (corrupt, or inflating past the bound) shows nothing
             position = max(position, h.next_offset)
     return {
         "topic": plog.topic,

@@ -219,7 +219,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             out = blobs.splice(frame, compact=wire.response_class(ctx.api_key, ctx.api_version).__flexible__)
         quotas = self.broker.quotas
         if quotas.active and not exempt:
-            size = len(frame) if blobs is None else sum(len(p) for p in cast(list[bytes], out))
+            # A response whose blobs were all small enough to stay in the frame is the frame alone.
+            size = sum(len(p) for p in cast(list[bytes], out)) if isinstance(out, list) else len(frame)
             now = self.broker.metrics.clock()
             delay = quotas.throttle(ctx, size, now - started, now)
             if delay > 0:

@@ -186,8 +186,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("connections.max.idle.ms", LONG, "600000", "Close connections idle this long.", MEDIUM),
     ConfigDef("max.connections", INT, _INT_MAX, "Most connections the broker accepts.", MEDIUM, at_least(0)),
     ConfigDef("max.connections.per.ip", INT, _INT_MAX, "Most connections from one address.", MEDIUM, at_least(0)),
-    ConfigDef("fetch.max.bytes", INT, "57671680", "Cap on the size of one fetch response.", MEDIUM,
-              at_least(1024)),
+    ConfigDef("fetch.max.bytes", INT, "57671680",
+              "Cap on one fetch response (with the request's max_bytes); the first batch of the first "
+              "partition with data goes out whole however large (KIP-74).", MEDIUM, at_least(1024)),
     ConfigDef("queued.max.requests", INT, "500", "Requests queued before the network threads block.", HIGH,
               at_least(1), ignored=True),
     ConfigDef("queued.max.request.bytes", LONG, "-1", "Bytes of queued requests before reading stops.", MEDIUM,

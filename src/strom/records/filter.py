@@ -12,7 +12,9 @@ rewrites the batch the way Kafka does, so the result is what Kafka's own cleaner
 - a batch that keeps tombstones gets a delete horizon (KIP-534): the attribute bit 0x40 is set and the
   base timestamp holds the time after which its tombstones may be removed. Record timestamps stay right
   because record timestamp deltas are rewritten against the new base timestamp;
-- compressed batches are decompressed and recompressed with the same codec.
+- compressed batches are decompressed and recompressed with the same codec; the records are read
+  through codec.RecordsReader, a chunk at a time, and a batch whose records would decompress to more
+  than the caller's ``max_size`` is refused as corrupt.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 import crc32c
 
 from strom.records import batch as rb
-from strom.records.codec import _read_varint, _write_varint, compress, decompress
+from strom.records.codec import DEFAULT_MAX_INFLATED, RecordsReader, _read_varint, _write_varint, compress
 
 DELETE_HORIZON_MASK = 0x40
 NO_TIMESTAMP = -1
@@ -55,39 +57,39 @@ def delete_horizon(header: rb.BatchHeader) -> int | None:
     return header.base_timestamp if header.attributes & DELETE_HORIZON_MASK else None
 
 
-def _read_field(data: bytes, pos: int) -> tuple[bytes | None, int]:
+def _read_field(data: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
     n, pos = _read_varint(data, pos)
     if n < 0:
         return None, pos
-    end = pos + n
-    if end > len(data):
+    if pos + n > end:
         raise rb.InvalidRecordBatch("record field out of bounds")
-    return data[pos:end], end
+    return bytes(data[pos : pos + n]), pos + n
 
 
-def parse_records(buf: bytes | memoryview, header: rb.BatchHeader) -> list[RawRecord]:
-    """The records of the batch at ``header.position`` in ``buf`` (decompressed if needed)."""
-    start = header.position + rb.HEADER_SIZE
-    end = header.position + header.size
-    data = decompress(header.compression, memoryview(buf)[start:end])
+def parse_records(buf: bytes | memoryview, header: rb.BatchHeader,
+                  max_size: int = DEFAULT_MAX_INFLATED) -> list[RawRecord]:
+    """The records of the batch at ``header.position`` in ``buf`` (decompressed a chunk at a time,
+    never to more than ``max_size`` bytes)."""
+    reader = RecordsReader(buf, header, max_size)
     base_ts = header.base_timestamp
     out: list[RawRecord] = []
-    pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(data, pos)
-        rec_end = pos + length
-        if length < 0 or rec_end > len(data):
+        length = reader.varint()
+        if length <= 0:  # not even the attributes byte
             raise rb.InvalidRecordBatch("record length out of bounds")
+        reader.need(length)
+        data, pos = reader.buf, reader.pos
+        rec_end = pos + length
         attributes = data[pos]
         pos += 1
         ts_delta, pos = _read_varint(data, pos)
         offset_delta, pos = _read_varint(data, pos)
-        key, pos = _read_field(data, pos)
-        value, pos = _read_field(data, pos)
+        key, pos = _read_field(data, pos, rec_end)
+        value, pos = _read_field(data, pos, rec_end)
         if pos > rec_end:
             raise rb.InvalidRecordBatch("record fields overrun the record length")
-        out.append(RawRecord(attributes, base_ts + ts_delta, offset_delta, key, value, data[pos:rec_end]))
-        pos = rec_end
+        out.append(RawRecord(attributes, base_ts + ts_delta, offset_delta, key, value, bytes(data[pos:rec_end])))
+        reader.pos = rec_end
     return out
 
 
@@ -155,17 +157,19 @@ def filter_batch(
     now_ms: int,
     delete_retention_ms: int,
     keep_empty: bool,
+    max_size: int = DEFAULT_MAX_INFLATED,
 ) -> FilterResult:
     """Apply the cleaner's decision to one batch (``buf`` holds it at ``header.position``).
 
     ``keep(record, offset)`` says whether a record is the latest for its key; tombstones are then
     also dropped once the batch's delete horizon has passed. ``keep_empty`` keeps an empty batch
-    header when every record goes (the last batch of an active producer).
+    header when every record goes (the last batch of an active producer). ``max_size`` bounds what
+    the batch's records may decompress to (codec.max_inflated_size of the topic's max.message.bytes).
     """
     original = bytes(memoryview(buf)[header.position : header.position + header.size])
     if header.is_control:
         return FilterResult(original, header.records_count, 0, None)
-    records = parse_records(buf, header)
+    records = parse_records(buf, header, max_size)
     horizon = delete_horizon(header)
     retain_deletes = horizon is None or now_ms < horizon
     kept = [

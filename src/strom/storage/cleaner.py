@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.records.batch import BatchHeader, read_header
+from strom.records.codec import max_inflated_size
 from strom.records.control import read_marker
 from strom.records.filter import (
     FilterResult,
@@ -357,7 +358,7 @@ def build_offset_map(
                 return latest, max(header.base_offset, first_dirty)
             data = os.pread(view.fd, header.size, header.position)
             base = header.base_offset
-            for rec in parse_records(data, read_header(data)):
+            for rec in parse_records(data, read_header(data), max_inflated_size(job.config.max_message_bytes)):
                 if rec.key is not None:
                     latest[rec.key] = base + rec.offset_delta
     return latest, end
@@ -440,6 +441,7 @@ def clean_group(
                         now_ms=job.now_ms,
                         delete_retention_ms=config.delete_retention_ms,
                         keep_empty=keep_empty,
+                        max_size=max_inflated_size(config.max_message_bytes),
                     )
                 stats.records_removed += result.removed
                 throttle.add(len(data), stop)

@@ -24,11 +24,12 @@ from strom.records.batch import (
     NO_PRODUCER_ID,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    InvalidRecordBatch,
     assign_offsets,
     read_header,
     set_log_append_time,
 )
-from strom.records.codec import iter_records
+from strom.records.codec import iter_timestamps, max_inflated_size
 from strom.records.control import Marker, read_marker
 from strom.storage.checkpoint import fsync_dir, fsync_path
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
@@ -529,8 +530,12 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after the log start with timestamp >=
-        ``timestamp_ms``; None if there is none. Not the hot path: decodes one batch's records."""
+        ``timestamp_ms``; None if there is none. Not the hot path: walks one batch's records, a
+        compressed one decompressed a chunk at a time. A batch that cannot be read that way (corrupt,
+        or decompressing past codec.max_inflated_size) is answered for as a whole: its first offset
+        and its max timestamp."""
         start_offset = self.log_start_offset
+        max_size = max_inflated_size(self.config.max_message_bytes)
         for seg in self._segments:
             if seg.max_timestamp < timestamp_ms or seg.size == 0:
                 continue
@@ -543,10 +548,15 @@ class PartitionLog:
                 data = seg.read(h.position, h.size)
                 header = read_header(data)
                 log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
-                for record in iter_records(data, header):
-                    ts = header.max_timestamp if log_append_time else record.timestamp
-                    if ts >= timestamp_ms and record.offset >= start_offset:
-                        return record.offset, ts
+                try:
+                    for offset, record_ts in iter_timestamps(data, header, max_size):
+                        ts = header.max_timestamp if log_append_time else record_ts
+                        if ts >= timestamp_ms and offset >= start_offset:
+                            return offset, ts
+                except InvalidRecordBatch as e:
+                    log.warning("%s: batch at offset %d answered as a whole for a timestamp lookup: %s",
+                                self, header.base_offset, e)
+                    return max(header.base_offset, start_offset), header.max_timestamp
         return None
 
     # ---- moving the ends -------------------------------------------------------------------

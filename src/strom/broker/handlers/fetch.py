@@ -2,18 +2,27 @@
 
 The response holds whole batches read from the segment files; nothing is decoded. When less than
 min_bytes is available the request waits for a produce to one of its partitions (or max_wait).
+
+A fetch that names a replica id (a follower's) is served as one only on the partition's leader in a
+cluster, and only for a broker that is one of the partition's replicas (with an authorizer, it also
+needs CLUSTER_ACTION): a follower fetch reads up to the log end, past the high watermark, moves the
+high watermark and the ISR, and no client quota applies to it. Anyone else who names a replica id
+gets Kafka's answer for it (Partition.followerReplicaOrThrow) and nothing is read or recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.context import QUOTA_EXEMPT
 from strom.protocol import splice
+from strom.protocol.errors import ErrorCode as E
 from strom.protocol.splice import BlobSplicer
+from strom.records.batch import BATCH_LENGTH, LAST_OFFSET_DELTA, LOG_OVERHEAD
 from strom.security.acl import AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
 
@@ -25,12 +34,9 @@ API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 16
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
-TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ID_VERSION = 13
 READ_COMMITTED = 1
+_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 
 
 def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[str | None, uuid.UUID | None, Any]]:
@@ -46,12 +52,14 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
               version: int, replica_id: int = -1,
-              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
-    """One pass over the requested partitions: (response topics, bytes found, any error)."""
+              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool, bool]:
+    """One pass over the requested partitions: (response topics, bytes found, whether the response
+    is complete at once: an error, or data left out for want of room under ``max_bytes``, and
+    whether any partition was served as a follower's)."""
     replicas = broker.replicas  # None on a single broker: it leads every partition
     remaining = max_bytes
     total = 0
-    errors = False
+    complete = followed = False
     responses = []
     for name, topic_id, t in topics:
         parts = []
@@ -69,21 +77,29 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
             max_offset = None  # consumers read below the high watermark
             if name is None:
                 plog = None
-                entry["error_code"] = UNKNOWN_TOPIC_ID if version >= TOPIC_ID_VERSION else UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = E.unknown_topic_id if version >= TOPIC_ID_VERSION else E.unknown_topic_or_partition
             elif replicas is None:
                 plog = broker.log_manager.get_log(name, p.partition)
                 if plog is None:
-                    entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                    entry["error_code"] = E.unknown_topic_or_partition
+                elif replica_id >= 0:  # one broker has no followers: whoever names one is not it
+                    plog, entry["error_code"] = None, _not_a_replica(p)
             else:
                 part, entry["error_code"] = replicas.leader_partition(
                     name, p.partition, getattr(p, "current_leader_epoch", -1))
                 plog = part.log if part is not None else None
-                if part is not None and replica_id >= 0 and p.fetch_offset <= part.log.log_end_offset:
-                    # A follower: its fetch offset is its log end; it copies up to ours.
-                    replicas.follower_fetched(part, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
-                    max_offset = part.log.log_end_offset
+                if part is not None and replica_id >= 0:
+                    if replica_id == part.broker_id or replica_id not in part.replicas:
+                        # Not a follower of this partition: nothing is read, no follower state kept.
+                        plog, entry["error_code"] = None, _not_a_replica(p)
+                    elif p.fetch_offset <= part.log.log_end_offset:
+                        # A follower: its fetch offset is its log end; it copies up to ours.
+                        replicas.follower_fetched(part, replica_id, p.fetch_offset,
+                                                  getattr(p, "log_start_offset", -1))
+                        max_offset = part.log.log_end_offset
+                        followed = True
             if plog is None:
-                errors = True
+                complete = True
             else:
                 entry["high_watermark"] = plog.high_watermark
                 lso = entry["last_stable_offset"] = plog.last_stable_offset
@@ -96,8 +112,8 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     data = plog.read(p.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=total == 0) \
                         if limit > 0 or total == 0 else b""
                 except OffsetOutOfRange:
-                    entry["error_code"] = OFFSET_OUT_OF_RANGE
-                    errors = True
+                    entry["error_code"] = E.offset_out_of_range
+                    complete = True
                     data = b""
                 entry["records"] = data
                 if read_committed and data:
@@ -105,12 +121,35 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     entry["aborted_transactions"] = [
                         {"producer_id": t.producer_id, "first_offset": t.first_offset}
                         for t in plog.aborted_transactions(p.fetch_offset, lso)]
+                if not complete and limit == remaining and len(data) < max(limit, 1):
+                    # The response's room ran out here: more to send counts as min_bytes met (as
+                    # Kafka counts the bytes there are, not those sent), else a min_bytes that only
+                    # a cut-off batch would have reached waits out max_wait for nothing.
+                    visible_end = plog.high_watermark if max_offset is None else min(max_offset,
+                                                                                      plog.log_end_offset)
+                    complete = p.fetch_offset < visible_end if not data else _next_offset(data) < visible_end
                 total += len(data)
                 remaining -= len(data)
             parts.append(entry)
         key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
         responses.append({key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": parts})
-    return responses, total, errors
+    return responses, total, complete, followed
+
+
+def _next_offset(data: bytes | memoryview) -> int:
+    """The offset after the last of the whole batches in ``data`` (a walk over batch lengths)."""
+    pos = last = 0
+    while pos + LOG_OVERHEAD <= len(data):
+        last = pos
+        pos += LOG_OVERHEAD + _I32.unpack_from(data, pos + BATCH_LENGTH)[0]
+    return int(_I64.unpack_from(data, last)[0] + _I32.unpack_from(data, last + LAST_OFFSET_DELTA)[0] + 1)
+
+
+def _not_a_replica(p: Any) -> int:
+    """Kafka's answer to a fetch naming a replica id that is not one of the partition's followers
+    (Partition.followerReplicaOrThrow): UNKNOWN_LEADER_EPOCH when the request carries the leader
+    epoch, else NOT_LEADER_OR_FOLLOWER."""
+    return E.unknown_leader_epoch if getattr(p, "current_leader_epoch", -1) >= 0 else E.not_leader_or_follower
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
@@ -128,16 +167,20 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
 
 def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
            version: int, at_once: bool = False, cap: int | None = None) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    if cap is not None:  # a consumer byte-rate quota (the first batch still goes out whole: KIP-74)
+    # The response is bounded by the request's max_bytes and the broker's fetch.max.bytes, as in
+    # Kafka (KafkaApis.handleFetchRequest), and per partition by its partition_max_bytes; the first
+    # batch of the first partition with data still goes out whole, whatever its size (KIP-74).
+    max_bytes = min(getattr(request, "max_bytes", 0x7FFFFFFF), broker.config.fetch_max_bytes)
+    if cap is not None:  # a consumer byte-rate quota: one window of it
         max_bytes = min(max_bytes, cap)
+    min_bytes = min(request.min_bytes, max_bytes)  # never wait for more than may be sent
     replica_id = _replica_id(request)
     committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
-    responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id, committed)
+    responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id, committed)
     keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
-    if total >= request.min_bytes or errors or at_once or not keys or request.max_wait.total_seconds() <= 0:
-        return _result(broker, topics, responses, replica_id)
-    return _long_poll(broker, request, topics, keys, max_bytes, version, replica_id, committed)
+    if total >= min_bytes or complete or at_once or not keys or request.max_wait.total_seconds() <= 0:
+        return _result(broker, topics, responses, replica_id, followed)
+    return _long_poll(broker, request, topics, keys, max_bytes, min_bytes, version, replica_id, committed)
 
 
 def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
@@ -157,7 +200,7 @@ def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | Non
         return topics, []
     key = "topic_id" if version >= TOPIC_ID_VERSION else "topic"
     refused = [{key: topic_id if version >= TOPIC_ID_VERSION else name, "partitions": [
-        {"partition_index": p.partition, "error_code": TOPIC_AUTHORIZATION_FAILED, "high_watermark": -1,
+        {"partition_index": p.partition, "error_code": E.topic_authorization_failed, "high_watermark": -1,
          "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
          "preferred_read_replica": -1, "records": b""} for p in t.partitions]}
         for name, topic_id, t in topics if name in denied]
@@ -191,8 +234,8 @@ def _replica_id(request: Any) -> int:
 
 
 async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                     keys: list[tuple[str, int]], max_bytes: int, version: int, replica_id: int,
-                     read_committed: bool) -> dict[str, Any]:
+                     keys: list[tuple[str, int]], max_bytes: int, min_bytes: int, version: int,
+                     replica_id: int, read_committed: bool) -> dict[str, Any]:
     """Wait for produces to the partitions (purgatory) until min_bytes are there or max_wait ends.
 
     Each pass reads and then registers with the purgatory in one step (no await between them), so a
@@ -202,15 +245,16 @@ async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        responses, total, errors = _read_all(broker, topics, max_bytes, version, replica_id, read_committed)
+        responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
+                                                         read_committed)
         remaining = deadline - loop.time()
-        if total >= request.min_bytes or errors or remaining <= 0:
-            return _result(broker, topics, responses, replica_id)
+        if total >= min_bytes or complete or remaining <= 0:
+            return _result(broker, topics, responses, replica_id, followed)
         await broker.purgatory.wait(keys, remaining)
 
 
 def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-            responses: list[dict[str, Any]], replica_id: int = -1) -> dict[str, Any]:
+            responses: list[dict[str, Any]], replica_id: int = -1, followed: bool = False) -> dict[str, Any]:
     if replica_id < 0:  # bytes out to consumers; followers' copies are replication, not consumption
         broker.metrics.fetched(topics, responses)
     # The record batches go to the socket beside the encoded response, not through the encoder.
@@ -219,4 +263,4 @@ def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any
         for entry in topic["partitions"]:
             entry["records"] = blobs.hold(entry["records"])
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses,
-            splice.RESULT_KEY: blobs, QUOTA_EXEMPT: replica_id >= 0}
+            splice.RESULT_KEY: blobs, QUOTA_EXEMPT: followed}

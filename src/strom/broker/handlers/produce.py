@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from strom.broker.topics import INTERNAL_TOPICS
 from strom.protocol.errors import ErrorCode as E
 from strom.records.batch import BatchHeader, InvalidRecordBatch, iter_batches
-from strom.records.codec import null_key_indexes
+from strom.records.codec import max_inflated_size, null_key_indexes
 from strom.security.acl import AclOperation, ResourceType
 from strom.storage.producer_state import SequenceStatus
 
@@ -71,7 +71,9 @@ def _refuse_keyless(broker: Broker, plog: PartitionLog, index: int, buf: bytearr
     The first batch holding keyless records fails the partition with INVALID_RECORD, their
     batch-relative indexes in record_errors; None when every record has a key.
     """
-    max_size = broker.config.socket_request_max_bytes  # bound on a compressed batch, inflated
+    # A compressed batch is read a chunk at a time, and refused (CORRUPT_MESSAGE) when its records
+    # would decompress past this bound: the log cleaner reads it later under the same one.
+    max_size = max_inflated_size(plog.config.max_message_bytes)
     for h in headers:
         try:
             keyless = null_key_indexes(buf, h, max_size, limit=MAX_RECORD_ERRORS)
