@@ -4,6 +4,8 @@ the sink's includeHeaders."""
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -51,7 +53,9 @@ class _FailingAdmin:
 @pytest.mark.parametrize("retries, interval_ms", [(0, 10), (2, 10), (5, 40)])
 def test_fetch_offset_retries_take_effect(monkeypatch: pytest.MonkeyPatch, retries: int, interval_ms: int) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr(metadata.time, "sleep", sleeps.append)
+    # The module's own view of the time module, not time.sleep itself: threads left by other tests
+    # in this worker (a Spark session's) sleep too, and would land in the list.
+    monkeypatch.setattr(metadata, "time", SimpleNamespace(sleep=sleeps.append, monotonic=time.monotonic))
     monkeypatch.setattr(metadata, "OFFSETS_TIMEOUT_S", 0.0)  # no failover patience beyond the retries
     o = source_options(opts(**{"fetchOffset.numRetries": str(retries), "fetchOffset.retryIntervalMs": str(interval_ms)}),
                        streaming=True)
