@@ -13,6 +13,7 @@ import inspect
 import itertools
 import logging
 import struct
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +25,7 @@ from strom.security.authenticator import SaslAuthenticator
 from strom.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, subject_dn, user
 
 if TYPE_CHECKING:
+    from strom.broker.acceptor import ConnectionSlot
     from strom.broker.server import Broker
 
 log = logging.getLogger("strom.connection")
@@ -50,9 +52,10 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: str = "") -> None:
+    def __init__(self, broker: Broker, listener: str = "", slot: ConnectionSlot | None = None) -> None:
         self.broker = broker
         self.listener = listener  # the name of the listener this connection was accepted on
+        self.slot = slot  # its place in the connection quotas, given back when it closes
         self.id = next(_ids)
         self.decoder = wire.FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
@@ -61,6 +64,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
+        # time.monotonic() of the last bytes read or written: which connection has been quiet longest
+        self.last_active = time.monotonic()
         # Security: None on PLAINTEXT/SSL listeners; on a SASL listener the state of its login, and
         # until then frames are capped at sasl.server.max.receive.size.
         security = broker.security.get(listener)
@@ -81,6 +86,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
+        self.last_active = time.monotonic()
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and self.authenticator is None:
             self._principal_from_certificate(ssl_object)
@@ -103,9 +109,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _set_principal(self, principal: KafkaPrincipal) -> None:
         self.principal, self.principal_name = principal, str(principal)
 
+    @property
+    def closing(self) -> bool:
+        return self._closed
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
+        if self.slot is not None:
+            self.slot.release()
         for slot in self._pending:
             if slot.task is not None:
                 slot.task.cancel()
@@ -115,6 +127,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except wire.FrameTooLarge as e:
@@ -276,13 +289,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _flush(self) -> None:
         pending = self._pending
         transport = self.transport
+        wrote = False
         while pending and pending[0].ready:
             data = pending.popleft().data
             if data is not None and transport is not None and not self._closed:
+                wrote = True
                 if type(data) is list:
                     transport.writelines(data)
                 else:
                     transport.write(cast(bytes, data))
+        if wrote:
+            self.last_active = time.monotonic()
         if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self._closed:
             self._paused = False
             if not self._throttled_until:

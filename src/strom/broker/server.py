@@ -10,10 +10,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.acceptor import Acceptor, ListenerBindError, bind
+from strom.broker.acceptor import Acceptor, ConnectionLimits, ListenerBindError, bind
 from strom.broker.acls import AclManager
 from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
+from strom.broker.connection_quotas import ConnectionQuotas
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
@@ -54,6 +55,9 @@ class Broker:
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
         self.connections: set[KafkaConnection] = set()
+        # max.connections, per listener and per address (a name in the overrides that does not
+        # resolve stops the broker here, naming the key).
+        self.connection_limits = ConnectionLimits(ConnectionQuotas.from_config(config), self.connections)
         log_dirs = list(config.log_dirs)
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -111,7 +115,8 @@ class Broker:
             # TLS listeners: the event loop's TLS (OpenSSL through the ssl module) wraps the socket;
             # the connection sees plain frames once the handshake is done.
             self._acceptors.append(Acceptor(
-                listener, sockets, functools.partial(KafkaConnection, self, listener.name), security.ssl_context,
+                listener, sockets, self.connection_limits,
+                functools.partial(KafkaConnection, self, listener.name), security.ssl_context,
                 10.0 if security.uses_tls else None))
 
     def kafka_listeners_serving(self) -> bool:

@@ -184,8 +184,15 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
               HIGH),
     ConfigDef("socket.listen.backlog.size", INT, "50", "Listen backlog of server sockets.", MEDIUM, at_least(1)),
     ConfigDef("connections.max.idle.ms", LONG, "600000", "Close connections idle this long.", MEDIUM),
-    ConfigDef("max.connections", INT, _INT_MAX, "Most connections the broker accepts.", MEDIUM, at_least(0)),
-    ConfigDef("max.connections.per.ip", INT, _INT_MAX, "Most connections from one address.", MEDIUM, at_least(0)),
+    ConfigDef("max.connections", INT, _INT_MAX,
+              "Most client connections the broker holds; at the limit it accepts a new one only when another "
+              "closes (per listener too, as listener.name.<listener>.max.connections).", MEDIUM, at_least(0)),
+    ConfigDef("max.connections.per.ip", INT, _INT_MAX,
+              "Most connections from one address; a connection beyond it is closed as soon as it is accepted. "
+              "0 only with max.connections.per.ip.overrides.", MEDIUM, at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", STR, "",
+              "host:count pairs, comma-separated, that replace max.connections.per.ip for those addresses "
+              "(host names are resolved at start), e.g. 10.0.0.7:500,monitor.example:5.", MEDIUM),
     ConfigDef("fetch.max.bytes", INT, "57671680", "Cap on the size of one fetch response.", MEDIUM,
               at_least(1024)),
     ConfigDef("queued.max.requests", INT, "500", "Requests queued before the network threads block.", HIGH,

@@ -1,0 +1,173 @@
+"""Connection limits on a real broker, as Kafka applies them: max.connections.per.ip (with its
+overrides) closes a connection beyond the limit as soon as it is accepted; at max.connections the
+broker accepts nothing more until a connection closes. Each attack is refused and the broker goes on
+serving."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+from brokerproc import BrokerProcess, free_port
+from helpers import ConnectionClosed, RawConnection, request_class, values_batch, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+def served(conn: RawConnection) -> bool:
+    """ApiVersions is answered on ``conn`` (False: the broker has closed it)."""
+    try:
+        return int(conn.api_versions().error_code) == 0
+    except (ConnectionClosed, ConnectionResetError, BrokenPipeError):
+        return False
+
+
+def nothing_received(conn: RawConnection) -> bool:
+    """Nothing has come on ``conn`` yet, not even its end (a look that does not wait)."""
+    conn.sock.setblocking(False)
+    try:
+        conn.sock.recv(1, socket.MSG_PEEK)
+        return False  # an answer, or b"" for a closed connection
+    except BlockingIOError:
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    finally:
+        conn.sock.settimeout(conn.timeout)
+
+
+def new_connection_served(bootstrap: str, source: str | None = None) -> bool:
+    try:
+        with RawConnection(bootstrap, source_address=source) as c:
+            return served(c)
+    except OSError:
+        return False
+
+
+def assert_unharmed(b: BrokerProcess, topic: str, value: bytes) -> None:
+    """The broker is alive, serves a new client, and still has what was written before the attack."""
+    assert b.alive()
+    with RawConnection(b.bootstrap) as c:
+        assert served(c)
+        assert [r.value for r in c.fetch_records(topic, 0)] == [value]
+
+
+def write_one(b: BrokerProcess, topic: str, value: bytes) -> None:
+    with RawConnection(b.bootstrap) as c:
+        assert int(c.create_topic(topic, 1).error_code) == 0
+        assert int(c.produce(topic, 0, values_batch([value])).error_code) == 0
+
+
+def test_a_connection_beyond_max_connections_per_ip_is_closed_at_once(broker_factory: Any) -> None:
+    b = broker_factory(overrides={"max.connections.per.ip": "2"})
+    write_one(b, "kept", b"before")
+    first, second = RawConnection(b.bootstrap), RawConnection(b.bootstrap)
+    try:
+        assert served(first) and served(second)
+        with RawConnection(b.bootstrap) as third:  # the kernel accepts it; the broker closes it
+            assert third.wait_closed(timeout=30)
+        wait_until(lambda: "that address already has max.connections.per.ip=2 connections" in b.log_text(), 10,
+                   what="the broker's line about the refused connection")
+        assert served(first) and served(second)  # the two within the limit are served on
+        with RawConnection(b.bootstrap) as extra:
+            assert extra.wait_closed(timeout=30)
+        first.close()
+        # Its place is free once the broker has seen it close: a new connection is served.
+        wait_until(lambda: new_connection_served(b.bootstrap), 30, what="a new connection served after one closed")
+        assert served(second)
+    finally:
+        first.close()
+        second.close()
+    assert_unharmed(b, "kept", b"before")
+
+
+def test_overrides_set_the_limit_of_an_address(broker_factory: Any) -> None:
+    # 127.0.0.1 by name (resolved at start) may have three connections; every other address one.
+    b = broker_factory(overrides={"max.connections.per.ip": "1",
+                                  "max.connections.per.ip.overrides": "localhost:3"})
+    write_one(b, "kept", b"before")
+    local = [RawConnection(b.bootstrap) for _ in range(3)]
+    other = RawConnection(b.bootstrap, source_address="127.0.0.2")
+    try:
+        assert all(served(c) for c in local)
+        assert served(other)
+        with RawConnection(b.bootstrap) as fourth:
+            assert fourth.wait_closed(timeout=30)
+        with RawConnection(b.bootstrap, source_address="127.0.0.2") as second_other:
+            assert second_other.wait_closed(timeout=30)
+        assert all(served(c) for c in local) and served(other)
+    finally:
+        for c in (*local, other):
+            c.close()
+    assert_unharmed(b, "kept", b"before")
+
+
+def test_at_max_connections_a_new_connection_waits_for_a_free_slot(broker_factory: Any) -> None:
+    b = broker_factory(overrides={"max.connections": "2"})
+    write_one(b, "kept", b"before")  # its connection is closed: wait until the broker has let it go
+    first, second = RawConnection(b.bootstrap), RawConnection(b.bootstrap)
+    try:
+        assert served(first) and served(second)
+        waiting = RawConnection(b.bootstrap, timeout=30)  # accepted by the kernel, not by the broker
+        waiting.send(18, 0, _api_versions_v0())
+        wait_until(lambda: "connection limit reached" in b.log_text(), 30, what="the broker at its limit")
+        assert nothing_received(waiting)  # held, neither served nor closed, while two are open
+        assert served(first) and served(second)
+        first.close()
+        frame = waiting.read_frame()  # served as soon as a slot is free
+        assert frame[:4] == (1).to_bytes(4, "big")  # its correlation id
+        assert served(waiting) and served(second)
+        waiting.close()
+    finally:
+        first.close()
+        second.close()
+    wait_until(lambda: new_connection_served(b.bootstrap), 30, what="a new connection served")
+    assert_unharmed(b, "kept", b"before")
+
+
+def test_the_inter_broker_listener_is_spared_the_broker_wide_limit(broker_factory: Any) -> None:
+    # Kafka's rule: a broker of the cluster is let in at max.connections, and the least recently
+    # active connection of another listener is closed to make room.
+    client, internal = free_port(), free_port()
+    b = broker_factory(port=client, overrides={
+        "listeners": f"CLIENT://127.0.0.1:{client},INTERNAL://127.0.0.1:{internal}",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "max.connections": "2"})
+    quiet, busy = RawConnection(b.bootstrap), RawConnection(b.bootstrap)
+    try:
+        assert served(quiet) and served(busy) and served(busy)  # busy was active last
+        with RawConnection(f"127.0.0.1:{internal}") as replica:
+            assert served(replica)
+            assert quiet.wait_closed(timeout=30)
+            assert served(busy) and served(replica)
+    finally:
+        quiet.close()
+        busy.close()
+    assert "making room for a connection on the inter-broker listener INTERNAL" in b.log_text()
+
+
+def test_a_listener_may_have_its_own_limit() -> None:
+    from strom.broker.connection_quotas import ConnectionQuotas
+    from strom.config import BrokerConfig, ConfigError
+
+    config = BrokerConfig.load(overrides={
+        "listeners": "CLIENT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL", "max.connections": "10",
+        "listener.name.client.max.connections": "1"})
+    quotas = ConnectionQuotas.from_config(config)
+    assert quotas.listener_limits == {"CLIENT": 1, "INTERNAL": 10}
+    assert quotas.admit("CLIENT", "10.0.0.1") and not quotas.slot_available("CLIENT")
+    assert quotas.slot_available("INTERNAL")
+    quotas.release("CLIENT", "10.0.0.1")
+    assert quotas.slot_available("CLIENT")
+    with pytest.raises(ConfigError) as bad:
+        ConnectionQuotas.from_config(config.with_overrides({"listener.name.client.max.connections": "-1"}))
+    assert bad.value.key == "listener.name.client.max.connections"
+
+
+def _api_versions_v0() -> Any:
+    return request_class("api_versions", 0, "ApiVersionsRequest")()
+
+
