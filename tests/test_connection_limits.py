@@ -1,18 +1,29 @@
 """Connection limits on a real broker, as Kafka applies them: max.connections.per.ip (with its
 overrides) closes a connection beyond the limit as soon as it is accepted; at max.connections the
-broker accepts nothing more until a connection closes. Each attack is refused and the broker goes on
-serving."""
+broker accepts nothing more until a connection closes; connections.max.idle.ms closes connections
+that have been silent that long (unauthenticated ones on a SASL listener too). Each attack is
+refused and the broker goes on serving."""
 
 from __future__ import annotations
 
 import socket
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from brokerproc import BrokerProcess, free_port
 from helpers import ConnectionClosed, RawConnection, request_class, values_batch, wait_until
 
+sys.path.insert(0, str(Path(__file__).parent / "security"))
+from saslraw import handshake, login  # noqa: E402
+
 pytestmark = pytest.mark.timeout(120)
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'user_alice="alice-secret";')
+
 
 def served(conn: RawConnection) -> bool:
     """ApiVersions is answered on ``conn`` (False: the broker has closed it)."""
@@ -171,3 +182,53 @@ def _api_versions_v0() -> Any:
     return request_class("api_versions", 0, "ApiVersionsRequest")()
 
 
+def test_an_idle_connection_is_closed_and_an_active_one_is_not(broker_factory: Any) -> None:
+    b = broker_factory(overrides={"connections.max.idle.ms": "500"})
+    write_one(b, "kept", b"before")
+    started = time.monotonic()
+    idle, active = RawConnection(b.bootstrap), RawConnection(b.bootstrap)
+    try:
+        assert served(idle)  # then silence
+        while not idle.wait_closed(timeout=0.05):
+            assert served(active), "the active connection was closed"
+            assert time.monotonic() - started < 60, "the idle connection was not closed"
+        assert time.monotonic() - started >= 0.5  # never before its time
+        # The active one outlives several idle periods.
+        while time.monotonic() - started < 2.0:
+            assert served(active)
+        assert served(active)
+    finally:
+        idle.close()
+        active.close()
+    assert "idle for longer than connections.max.idle.ms=500" in b.log_text()
+    assert_unharmed(b, "kept", b"before")
+
+
+def sasl_broker(broker_factory: Any, **extra: str) -> tuple[BrokerProcess, str]:
+    port, sasl = free_port(), free_port()
+    b = broker_factory(overrides={
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        **extra,
+    }, port=port)
+    return b, f"127.0.0.1:{sasl}"
+
+
+def test_an_unauthenticated_connection_on_a_sasl_listener_is_closed_when_idle(broker_factory: Any) -> None:
+    b, sasl = sasl_broker(broker_factory, **{"connections.max.idle.ms": "500"})
+    write_one(b, "kept", b"before")
+    started = time.monotonic()
+    lurker, user = RawConnection(sasl), RawConnection(sasl)
+    try:
+        assert handshake(lurker, "PLAIN").error_code == 0  # and never logs in
+        assert login(user, "PLAIN", "alice", "alice-secret").error_code == 0
+        while not lurker.wait_closed(timeout=0.05):
+            assert served(user), "the logged-in, active connection was closed"
+            assert time.monotonic() - started < 60, "the unauthenticated connection was not closed"
+        assert served(user)
+    finally:
+        lurker.close()
+        user.close()
+    assert "idle for longer than connections.max.idle.ms=500" in b.log_text()
+    assert_unharmed(b, "kept", b"before")

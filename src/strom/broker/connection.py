@@ -3,6 +3,9 @@
 Kafka's contract is that responses on a connection leave in the order the requests arrived
 (librdkafka pipelines requests). Each request becomes a slot in ``_pending``; slots are written out
 from the front as they complete, so a long-polling fetch holds back only what came after it.
+
+As Kafka's Selector does, a connection that has neither received nor sent anything for
+``connections.max.idle.ms`` is closed (one that still owes an answer is not idle).
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
-        # time.monotonic() of the last bytes read or written: which connection has been quiet longest
+        # time.monotonic() of the last bytes read or written, for connections.max.idle.ms
         self.last_active = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None  # the idle check
         # Security: None on PLAINTEXT/SSL listeners; on a SASL listener the state of its login, and
         # until then frames are capped at sasl.server.max.receive.size.
         security = broker.security.get(listener)
@@ -87,6 +91,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
         self.last_active = time.monotonic()
+        idle_ms = self.broker.config.connections_max_idle_ms
+        if idle_ms >= 0:
+            self._timer = asyncio.get_running_loop().call_later(idle_ms / 1000, self._check_idle)
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and self.authenticator is None:
             self._principal_from_certificate(ssl_object)
@@ -113,9 +120,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def closing(self) -> bool:
         return self._closed
 
+    def _check_idle(self) -> None:
+        self._timer = None
+        if self._closed:
+            return
+        idle_s = self.broker.config.connections_max_idle_ms / 1000
+        now = time.monotonic()
+        if self._pending:  # a request is being served (a long-polling fetch, say): not idle
+            self.last_active = now
+        left = self.last_active + idle_s - now
+        if left > 0:
+            self._timer = asyncio.get_running_loop().call_later(left, self._check_idle)
+            return
+        self.close(f"idle for longer than connections.max.idle.ms={self.broker.config.connections_max_idle_ms}",
+                   level=logging.INFO)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.slot is not None:
             self.slot.release()
         for slot in self._pending:
@@ -145,9 +170,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._paused = True
             self.transport.pause_reading()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, level: int = logging.WARNING) -> None:
         if not self._closed:
-            log.warning("closing connection %s from %s: %s", self.id, self.peer, reason)
+            log.log(level, "closing connection %s from %s: %s", self.id, self.peer, reason)
             self._closed = True
             if self.transport is not None:
                 self.transport.close()

@@ -183,7 +183,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("socket.receive.buffer.bytes", INT, "102400", "SO_RCVBUF of accepted sockets; -1 = OS default.",
               HIGH),
     ConfigDef("socket.listen.backlog.size", INT, "50", "Listen backlog of server sockets.", MEDIUM, at_least(1)),
-    ConfigDef("connections.max.idle.ms", LONG, "600000", "Close connections idle this long.", MEDIUM),
+    ConfigDef("connections.max.idle.ms", LONG, "600000",
+              "Close a client connection that has sent nothing and been sent nothing for this long; "
+              "negative = never.", MEDIUM),
     ConfigDef("max.connections", INT, _INT_MAX,
               "Most client connections the broker holds; at the limit it accepts a new one only when another "
               "closes (per listener too, as listener.name.<listener>.max.connections).", MEDIUM, at_least(0)),
