@@ -302,6 +302,8 @@ BAD = [
     ("max.connections.per.ip.overrides=10.0.0.1:many", "max.connections.per.ip.overrides", "int"),
     ("max.connections.per.ip.overrides=host#1:5", "max.connections.per.ip.overrides", "host#1"),
     ("max.connections.per.ip.overrides=a:1,A:2", "max.connections.per.ip.overrides", "twice"),
+    ("connection.failed.authentication.delay.ms=-1", "connection.failed.authentication.delay.ms", "at least 0"),
+    ("connections.max.idle.ms=100", "connection.failed.authentication.delay.ms", "connections.max.idle.ms (100)"),
     ("=5", "=5", "key=value"),
     ("num.partitions", "num.partitions", "key=value"),
 ]

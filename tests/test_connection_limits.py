@@ -1,8 +1,9 @@
 """Connection limits on a real broker, as Kafka applies them: max.connections.per.ip (with its
 overrides) closes a connection beyond the limit as soon as it is accepted; at max.connections the
 broker accepts nothing more until a connection closes; connections.max.idle.ms closes connections
-that have been silent that long (unauthenticated ones on a SASL listener too). Each attack is
-refused and the broker goes on serving."""
+that have been silent that long (unauthenticated ones on a SASL listener too); a failed SASL
+authentication is answered and closed only connection.failed.authentication.delay.ms later, while
+the broker serves everyone else. Each attack is refused and the broker goes on serving."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import pytest
 from brokerproc import BrokerProcess, free_port
 from helpers import ConnectionClosed, RawConnection, request_class, values_batch, wait_until
 
+from strom.protocol import wire
+
 sys.path.insert(0, str(Path(__file__).parent / "security"))
-from saslraw import handshake, login  # noqa: E402
+from saslraw import handshake, login, plain_token  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -232,3 +235,38 @@ def test_an_unauthenticated_connection_on_a_sasl_listener_is_closed_when_idle(br
         user.close()
     assert "idle for longer than connections.max.idle.ms=500" in b.log_text()
     assert_unharmed(b, "kept", b"before")
+
+
+def test_a_failed_login_is_answered_and_closed_after_the_delay(broker_factory: Any) -> None:
+    delay_ms = 4000
+    b, sasl = sasl_broker(broker_factory, **{"connection.failed.authentication.delay.ms": str(delay_ms)})
+    write_one(b, "kept", b"before")
+    guesser = RawConnection(sasl, timeout=60)
+    try:
+        assert handshake(guesser, "PLAIN").error_code == 0
+        sent = time.monotonic()
+        corr = guesser.send(36, 2, request_class("sasl_authenticate", 2, "SaslAuthenticateRequest")(
+            auth_bytes=plain_token("alice", "a-guess")))
+        wait_until(lambda: f"answering and closing in {delay_ms} ms" in b.log_text(), 30,
+                   what="the broker's line about the failed login")
+        # Meanwhile the broker serves others, logins included; the guesser has had nothing yet.
+        with RawConnection(sasl) as other:
+            assert login(other, "PLAIN", "alice", "alice-secret").error_code == 0
+            assert served(other)
+        assert served_plaintext(b)
+        assert nothing_received(guesser)
+        # Then the answer, and the end of the connection.
+        got, answer = wire.decode_response(36, 2, guesser.read_frame())
+        assert got == corr and int(answer.error_code) == 58  # SASL_AUTHENTICATION_FAILED
+        assert guesser.wait_closed(timeout=30)
+        assert time.monotonic() - sent >= delay_ms / 1000
+    finally:
+        guesser.close()
+    wait_until(lambda: "SASL authentication failed on listener SASL_PLAINTEXT" in b.log_text(), 10)
+    with RawConnection(sasl) as again:  # a right login still works
+        assert login(again, "PLAIN", "alice", "alice-secret").error_code == 0
+    assert_unharmed(b, "kept", b"before")
+
+
+def served_plaintext(b: BrokerProcess) -> bool:
+    return new_connection_served(b.bootstrap)

@@ -5,7 +5,9 @@ Kafka's contract is that responses on a connection leave in the order the reques
 from the front as they complete, so a long-polling fetch holds back only what came after it.
 
 As Kafka's Selector does, a connection that has neither received nor sent anything for
-``connections.max.idle.ms`` is closed (one that still owes an answer is not idle).
+``connections.max.idle.ms`` is closed (one that still owes an answer is not idle), and a failed SASL
+authentication is answered and closed only ``connection.failed.authentication.delay.ms`` later,
+on a timer: the connection reads nothing meanwhile, and the event loop serves everyone else.
 """
 
 from __future__ import annotations
@@ -67,9 +69,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
+        self._auth_failed = False  # a failed SASL login is answered and closed after a delay
         # time.monotonic() of the last bytes read or written, for connections.max.idle.ms
         self.last_active = time.monotonic()
-        self._timer: asyncio.TimerHandle | None = None  # the idle check
+        self._timer: asyncio.TimerHandle | None = None  # the idle check, or the delayed close
         # Security: None on PLAINTEXT/SSL listeners; on a SASL listener the state of its login, and
         # until then frames are capped at sasl.server.max.receive.size.
         security = broker.security.get(listener)
@@ -118,7 +121,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def closing(self) -> bool:
-        return self._closed
+        """Closed, or being closed (a failed login waiting out its delay)."""
+        return self._closed or self._auth_failed
 
     def _check_idle(self) -> None:
         self._timer = None
@@ -163,7 +167,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close(str(e))
             return
         for frame in frames:
-            if self._closed:
+            if self._closed or self._auth_failed:
                 return
             self._dispatch(frame)
         if len(self._pending) >= MAX_IN_FLIGHT and not self._paused and self.transport:
@@ -219,7 +223,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result = handler.handle(self.broker, ctx, request)
             if not inspect.isawaitable(result):
                 # Answered without waiting: no Task, the response is queued on this loop turn.
-                self._complete_now(self._respond(ctx, result, started))
+                out = self._respond(ctx, result, started)
+                if auth is not None and auth.failed and prefix.api_key in _SASL_APIS:
+                    self._authentication_failed(out)
+                    return
+                self._complete_now(out)
                 if auth is not None and prefix.api_key in _SASL_APIS:
                     self._after_sasl_step(auth)
                 return
@@ -283,19 +291,53 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if asyncio.get_running_loop().time() < self._throttled_until - 0.001:
             return  # a later throttle extended it; its own call comes
         self._throttled_until = 0.0
-        if not self._paused and self.transport is not None and not self._closed:
+        if not self._paused and self.transport is not None and not self.closing:
             self.transport.resume_reading()
 
     def _raw_token(self, auth: SaslAuthenticator, frame: bytes | bytearray) -> None:
         """After a v0 SaslHandshake the tokens travel as bare size-prefixed frames."""
         result = auth.authenticate(bytes(frame))
+        if auth.failed:
+            self._authentication_failed(None)  # v0 has no error answer: the connection just closes
+            return
         if result.error_code == 0:
             self._complete_now(_SIZE.pack(len(result.auth_bytes)) + result.auth_bytes)
         self._after_sasl_step(auth)
 
+    def _authentication_failed(self, answer: Outgoing) -> None:
+        """Answer a failed SASL step and close, connection.failed.authentication.delay.ms after the
+        failure (Kafka's delayed close): a password guesser gets one try per delay and connection,
+        and nothing more is read from it meanwhile. A timer, not a wait: others are served."""
+        self._auth_failed = True
+        reason = f"SASL authentication failed on listener {self.listener}"
+        delay_ms = self.broker.config.connection_failed_authentication_delay_ms
+        if delay_ms <= 0:
+            if answer is not None:
+                self._complete_now(answer)
+            self.close(reason)  # the answer is sent first
+            return
+        log.info("connection %s from %s: SASL authentication failed on listener %s; answering and closing in "
+                 "%d ms (connection.failed.authentication.delay.ms)", self.id, self.peer, self.listener, delay_ms)
+        if self.transport is not None:
+            self.transport.pause_reading()
+        slot = _Slot()  # its place in the response order, filled when the delay is over
+        self._pending.append(slot)
+
+        def answer_and_close() -> None:
+            self._timer = None
+            if self._closed:
+                return
+            slot.data, slot.ready = answer, True
+            self._flush()
+            self.close(reason)
+
+        if self._timer is not None:
+            self._timer.cancel()  # the idle check: this connection closes anyway
+        self._timer = asyncio.get_running_loop().call_later(delay_ms / 1000, answer_and_close)
+
     def _after_sasl_step(self, auth: SaslAuthenticator) -> None:
         if auth.failed:
-            self.close(f"SASL authentication failed on listener {self.listener}")  # the answer is sent first
+            self._authentication_failed(None)
         elif auth.principal is not None and not self._authenticated:
             self._authenticated = True
             self._set_principal(auth.principal)  # re-authentication keeps it (the authenticator checks)
@@ -325,7 +367,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     transport.write(cast(bytes, data))
         if wrote:
             self.last_active = time.monotonic()
-        if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self._closed:
+        if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self.closing:
             self._paused = False
             if not self._throttled_until:
                 transport.resume_reading()

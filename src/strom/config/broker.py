@@ -220,6 +220,7 @@ class BrokerConfig:
     max_connections: int
     max_connections_per_ip: int
     max_connections_per_ip_overrides: dict[str, int]  # host or address, as written -> its limit
+    connection_failed_authentication_delay_ms: int
     fetch_max_bytes: int
     # groups and offsets
     group_initial_rebalance_delay_ms: int
@@ -511,6 +512,12 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
     if _int(values, "max.connections.per.ip") == 0 and not per_ip:
         raise ConfigError("max.connections.per.ip", "may be 0 only when max.connections.per.ip.overrides names "
                                                     "the addresses that may connect")
+    idle_ms = _int(values, "connections.max.idle.ms")
+    delay_ms = _int(values, "connection.failed.authentication.delay.ms")
+    if idle_ms >= 0 and delay_ms >= idle_ms:
+        raise ConfigError("connection.failed.authentication.delay.ms",
+                          f"value {delay_ms} must be less than connections.max.idle.ms ({idle_ms}), or the "
+                          "connection would be closed as idle before the failure is answered")
 
     # log.dirs wins over log.dir.
     dirs_text = _opt_str(values, "log.dirs")

@@ -195,6 +195,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("max.connections.per.ip.overrides", STR, "",
               "host:count pairs, comma-separated, that replace max.connections.per.ip for those addresses "
               "(host names are resolved at start), e.g. 10.0.0.7:500,monitor.example:5.", MEDIUM),
+    ConfigDef("connection.failed.authentication.delay.ms", INT, "100",
+              "A failed SASL authentication is answered, and its connection closed, only this long after "
+              "the failure; must be less than connections.max.idle.ms.", LOW, at_least(0)),
     ConfigDef("fetch.max.bytes", INT, "57671680", "Cap on the size of one fetch response.", MEDIUM,
               at_least(1024)),
     ConfigDef("queued.max.requests", INT, "500", "Requests queued before the network threads block.", HIGH,
