@@ -254,6 +254,12 @@ def test_admin_listeners_can_be_turned_off() -> None:
     assert load("admin.listeners=http://0.0.0.0:1").admin_listeners == [Listener("HTTP", "0.0.0.0", 1)]
 
 
+def test_admin_allowed_hosts() -> None:
+    assert load().admin_allowed_hosts == []
+    assert load("admin.allowed.hosts=Console.Example., .corp.example,*").admin_allowed_hosts == [
+        "console.example", ".corp.example", "*"]
+
+
 def test_per_ip_overrides_are_host_count_pairs() -> None:
     c = load("max.connections.per.ip=0", "max.connections.per.ip.overrides=10.0.0.7:500, Monitor.Example:5,::1:3")
     assert c.max_connections_per_ip == 0
@@ -291,6 +297,8 @@ BAD = [
     ("advertised.listeners=SSL://h:1", "advertised.listeners", "not one of the names"),
     ("listener.security.protocol.map=PLAINTEXT:TLS", "listener.security.protocol.map", "TLS"),
     ("admin.listeners=ftp://h:1", "admin.listeners", "http://"),
+    ("admin.allowed.hosts=console.example,bad host", "admin.allowed.hosts", "'bad host'"),
+    ("admin.allowed.hosts=http://console.example", "admin.allowed.hosts", "not a host name"),
     ("log.dirs=/a,/a", "log.dirs", "twice"),
     ("log.dirs= , ", "log.dirs", "at least one log directory"),
     ("log.dir=", "log.dir", "at least one log directory"),

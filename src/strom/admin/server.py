@@ -23,6 +23,7 @@ from prometheus_client.exposition import choose_encoder
 
 from strom.admin import api, snapshot
 from strom.admin.collector import make_registry
+from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
 from strom.admin.login import middleware as login_middleware
 from strom.broker.acceptor import ListenerBindError, bind
@@ -78,7 +79,10 @@ class AdminServer:
             from strom.security.tls import server_context
 
             self.tls = server_context(ListenerConfig(broker.config, "admin"))
-        app = web.Application(middlewares=[login_middleware(self.login), _guard], client_max_size=MAX_BODY_BYTES)
+        # First the Host header (DNS rebinding), then the login, then the checks on changes.
+        self.hosts = AllowedHosts(broker.config)
+        app = web.Application(middlewares=[self.hosts.middleware(), login_middleware(self.login), _guard],
+                              client_max_size=MAX_BODY_BYTES)
         app[api.BROKER_KEY] = broker
         app[api.HISTORY_KEY] = self.history
         app.router.add_get("/metrics", self.metrics)

@@ -134,6 +134,7 @@ _DERIVED = frozenset(
         "listener_security_protocol_map",
         "inter_broker_listener_name",
         "admin_listeners",
+        "admin_allowed_hosts",
         "max_connections_per_ip_overrides",
         "log_dirs",
         "log_roll_ms",
@@ -168,6 +169,7 @@ class BrokerConfig:
     inter_broker_listener_name: str | None
     security_inter_broker_protocol: str
     admin_listeners: list[Listener]
+    admin_allowed_hosts: list[str]  # lower case, without a trailing dot
     broker_rack: str | None
     # storage
     log_dirs: list[Path]
@@ -505,6 +507,7 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
         if a.name not in ("HTTP", "HTTPS"):
             raise ConfigError("admin.listeners", f"'{a}' must start with http:// or https://")
     out["admin_listeners"] = admin
+    out["admin_allowed_hosts"] = _allowed_hosts(values.get("admin.allowed.hosts") or [])
 
     # Connection limits, with Kafka's cross-checks (KafkaConfig.validateValues).
     per_ip = _parse_per_ip_overrides(_opt_str(values, "max.connections.per.ip.overrides") or "")
@@ -596,6 +599,18 @@ def _parse_per_ip_overrides(text: str) -> dict[str, int]:
         if host.lower() in out:
             raise ConfigError(key, f"{host} is listed twice")
         out[host.lower()] = int(count)
+    return out
+
+
+def _allowed_hosts(items: Value) -> list[str]:
+    """admin.allowed.hosts: names (any case, a trailing dot ignored), .domain suffixes, or *."""
+    assert isinstance(items, list)
+    out = []
+    for item in items:
+        name = item.strip().lower().rstrip(".")
+        if name != "*" and not re.fullmatch(r"\.?[0-9a-z_\-]+(\.[0-9a-z_\-]+)*|\[?[0-9a-f:.]+\]?", name):
+            raise ConfigError("admin.allowed.hosts", f"'{item}' is not a host name, a .domain or *")
+        out.append(name.strip("[]"))
     return out
 
 

@@ -72,6 +72,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("admin.listeners", STR, "http://127.0.0.1:8090",
               "strom only: http://host:port addresses of the admin HTTP server (metrics, REST); empty = off.",
               MEDIUM),
+    ConfigDef("admin.allowed.hosts", LIST, "",
+              "strom only: host names, besides the admin listener's own, a request to it may name in its "
+              "Host header (.example.com = that domain and its subdomains, * = any).", MEDIUM),
     ConfigDef("broker.rack", STR, None, "Rack of this broker, for rack-aware replica placement.", MEDIUM),
     # --- storage ---
     ConfigDef("log.dirs", STR, None, "Comma-separated data directories; null = log.dir.", HIGH),
