@@ -1,6 +1,8 @@
-"""The admin HTTP listener against web pages, on real brokers: a request naming another site in its
-Host header (DNS rebinding) is refused, reads included, and the topic it meant to delete is still
-there; the listener's own names, its advertised name and admin.allowed.hosts are answered."""
+"""The admin HTTP listener against web pages and prying eyes, on real brokers: a request naming
+another site in its Host header (DNS rebinding) is refused, reads included, and the topic it meant
+to delete is still there; the listener's own names, its advertised name and admin.allowed.hosts are
+answered; /metrics needs the console's login on a broker with SASL (and Describe on the cluster with
+an authorizer)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import base64
 import http.client
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from brokerproc import BrokerProcess
 from helpers import RawConnection, wait_until
+from sechelpers import Certs, SecureBroker, start_secure
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -115,3 +119,36 @@ def test_a_bad_allowed_host_stops_the_broker_with_one_line(tmp_path: Any) -> Non
     proc = subprocess.run(b.command(), capture_output=True, text=True, timeout=60)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and "admin.allowed.hosts" in lines[0], lines
+
+
+# ------------------------------------------------------------------------------ login
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    b = start_secure(certs, tmp_path_factory.mktemp("admin-http") / "data", ("PLAINTEXT", "SASL_PLAINTEXT"),
+                     **{"admin.listeners": "http://127.0.0.1:0",
+                        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                        # The PLAINTEXT listener (User:ANONYMOUS) sets the tests up.
+                        "super.users": "User:ANONYMOUS;User:admin;User:carol;User:dave"})
+    try:
+        yield b
+    finally:
+        b.proc.stop()
+
+
+def test_metrics_need_the_login_and_name_nothing_without_it(sasl_broker: SecureBroker) -> None:
+    port = admin_port(sasl_broker.proc)
+    plaintext = sasl_broker.addr["PLAINTEXT"]
+    make_topic(plaintext, "payroll-2025")
+    status, body = call(port, "GET", "/metrics")
+    assert status == 401 and b"payroll" not in body
+    status, body = call(port, "GET", "/metrics", login=("admin", "not-the-password"))
+    assert status == 401 and b"payroll" not in body
+    # alice logs in but may not describe the cluster: no metrics for her either.
+    status, body = call(port, "GET", "/metrics", login=("alice", "alice-secret"))
+    assert status == 403 and b"payroll" not in body
+    status, body = call(port, "GET", "/metrics", login=("admin", "admin-secret"))
+    assert status == 200 and b'topic="payroll-2025"' in body
+    for probe in ("/healthz", "/readyz"):  # supervisors' probes stay open
+        assert call(port, "GET", probe)[0] == 200

@@ -5,7 +5,7 @@ them over https so the password is not sent in the clear) checked against the br
 users: the PLAIN users of its JAAS configuration and the SCRAM credentials it stores. The request
 then acts as that user: with an authorizer, each API call needs the ACL Kafka's matching request
 would need, and a refusal leaves an audit line, as for Kafka requests. /healthz and /readyz stay
-open (supervisors probe them), and so does /metrics (Prometheus scrapes it).
+open (supervisors probe them); /metrics needs the login too (it names every topic and group).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 audit = logging.getLogger("strom.audit")
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 PRINCIPAL_KEY = "strom.principal"
 REALM = 'Basic realm="strom", charset="UTF-8"'
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}

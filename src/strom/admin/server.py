@@ -27,6 +27,7 @@ from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
 from strom.admin.login import middleware as login_middleware
 from strom.broker.acceptor import ListenerBindError, bind
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -85,7 +86,10 @@ class AdminServer:
                               client_max_size=MAX_BODY_BYTES)
         app[api.BROKER_KEY] = broker
         app[api.HISTORY_KEY] = self.history
-        app.router.add_get("/metrics", self.metrics)
+        # Every topic and group by name: for whoever may see the overview (a login when the broker has
+        # one; with an authorizer, Describe on the cluster).
+        app.router.add_get("/metrics", api.endpoint(ready=False, acl=(AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                                                      None))(self.metrics))
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         api.add_routes(app)
@@ -145,7 +149,7 @@ class AdminServer:
 
     # ------------------------------------------------------------------ endpoints
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request, broker: Broker) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
 
