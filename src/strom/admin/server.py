@@ -146,6 +146,7 @@ class AdminServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.login.close()
 
     # ------------------------------------------------------------------ endpoints
 
