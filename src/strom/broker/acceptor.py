@@ -169,6 +169,7 @@ class Acceptor:
         self.handshake_timeout = handshake_timeout
         self._tasks: list[asyncio.Task[None]] = []
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     @property
     def port(self) -> int:
@@ -176,18 +177,28 @@ class Acceptor:
 
     @property
     def serving(self) -> bool:
-        return bool(self._tasks) and not any(t.done() for t in self._tasks)
+        return bool(self._tasks) and not self._closed and not any(t.done() for t in self._tasks)
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._accept(sock)) for sock in self.sockets]
 
     def close(self) -> None:
+        """Stop accepting. A socket an accept loop waits on is closed by that loop as it ends (not
+        under it); the others at once."""
+        self._closed = True
         for task in (*self._tasks, *self._handshakes):
             task.cancel()
-        for sock in self.sockets:
-            sock.close()
+        if not self._tasks:
+            for sock in self.sockets:
+                sock.close()
 
     async def _accept(self, sock: socket.socket) -> None:
+        try:
+            await self._accept_loop(sock)
+        finally:
+            sock.close()
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         name = self.listener.name
         while True:
