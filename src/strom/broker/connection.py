@@ -322,10 +322,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.pause_reading()
         slot = _Slot()  # its place in the response order, filled when the delay is over
         self._pending.append(slot)
+        due = time.monotonic() + delay_ms / 1000
 
         def answer_and_close() -> None:
             self._timer = None
             if self._closed:
+                return
+            left = due - time.monotonic()
+            if left > 0:  # the loop's timers keep a coarser clock and may come a little early
+                self._timer = asyncio.get_running_loop().call_later(left, answer_and_close)
                 return
             slot.data, slot.ready = answer, True
             self._flush()
