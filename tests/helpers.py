@@ -96,9 +96,11 @@ class ConnectionClosed(Exception):
 class RawConnection:
     """A blocking socket speaking Kafka frames; every read is bounded by ``timeout``."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str | None = "strom-tests") -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str | None = "strom-tests",
+                 source_address: str | None = None) -> None:
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source_address, 0) if source_address else None)
         self.sock.settimeout(timeout)
         self.timeout = timeout
         self.client_id = client_id

@@ -254,6 +254,19 @@ def test_admin_listeners_can_be_turned_off() -> None:
     assert load("admin.listeners=http://0.0.0.0:1").admin_listeners == [Listener("HTTP", "0.0.0.0", 1)]
 
 
+def test_admin_allowed_hosts() -> None:
+    assert load().admin_allowed_hosts == []
+    assert load("admin.allowed.hosts=Console.Example., .corp.example,*").admin_allowed_hosts == [
+        "console.example", ".corp.example", "*"]
+
+
+def test_per_ip_overrides_are_host_count_pairs() -> None:
+    c = load("max.connections.per.ip=0", "max.connections.per.ip.overrides=10.0.0.7:500, Monitor.Example:5,::1:3")
+    assert c.max_connections_per_ip == 0
+    assert c.max_connections_per_ip_overrides == {"10.0.0.7": 500, "monitor.example": 5, "::1": 3}
+    assert load().max_connections_per_ip_overrides == {}
+
+
 # --- errors: one line naming the key ----------------------------------------------------------
 
 BAD = [
@@ -284,11 +297,21 @@ BAD = [
     ("advertised.listeners=SSL://h:1", "advertised.listeners", "not one of the names"),
     ("listener.security.protocol.map=PLAINTEXT:TLS", "listener.security.protocol.map", "TLS"),
     ("admin.listeners=ftp://h:1", "admin.listeners", "http://"),
+    ("admin.allowed.hosts=console.example,bad host", "admin.allowed.hosts", "'bad host'"),
+    ("admin.allowed.hosts=http://console.example", "admin.allowed.hosts", "not a host name"),
     ("log.dirs=/a,/a", "log.dirs", "twice"),
     ("log.dirs= , ", "log.dirs", "at least one log directory"),
     ("log.dir=", "log.dir", "at least one log directory"),
     ("group.min.session.timeout.ms=10", "group.min.session.timeout.ms", "ok"),
     ("broker.id=-1", "broker.id", "at least 0"),
+    ("max.connections=-1", "max.connections", "at least 0"),
+    ("max.connections.per.ip=0", "max.connections.per.ip", "max.connections.per.ip.overrides"),
+    ("max.connections.per.ip.overrides=10.0.0.1", "max.connections.per.ip.overrides", "host:count"),
+    ("max.connections.per.ip.overrides=10.0.0.1:many", "max.connections.per.ip.overrides", "int"),
+    ("max.connections.per.ip.overrides=host#1:5", "max.connections.per.ip.overrides", "host#1"),
+    ("max.connections.per.ip.overrides=a:1,A:2", "max.connections.per.ip.overrides", "twice"),
+    ("connection.failed.authentication.delay.ms=-1", "connection.failed.authentication.delay.ms", "at least 0"),
+    ("connections.max.idle.ms=100", "connection.failed.authentication.delay.ms", "connections.max.idle.ms (100)"),
     ("=5", "=5", "key=value"),
     ("num.partitions", "num.partitions", "key=value"),
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -207,17 +206,6 @@ def test_admin_listener_can_be_disabled(broker_factory: Any) -> None:
     b: BrokerProcess = broker_factory(overrides={"admin.listeners": ""})
     assert any("admin listener disabled" in line for line in b.log_lines)
     assert not any(ADMIN_RE.search(line) for line in b.log_lines)
-
-
-def test_busy_admin_port_is_logged_and_kafka_still_serves(broker_factory: Any) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        b: BrokerProcess = broker_factory(overrides={"admin.listeners": f"http://127.0.0.1:{port}"})
-        assert any("could not be bound" in line and str(port) in line for line in b.log_lines)
-        with RawConnection(b.bootstrap) as conn:
-            assert conn.api_versions().error_code == 0
 
 
 def test_fixed_admin_port(broker_factory: Any) -> None:

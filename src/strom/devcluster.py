@@ -32,6 +32,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> str | None:
+    """Why ``port`` cannot be listened on (bound as a broker binds it), or None when it can."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            s.listen(1)
+        except OSError as e:
+            text = e.strerror or str(e)
+            return text[:1].lower() + text[1:]
+    return None
+
+
+def check_ports(ports: dict[int, str]) -> None:
+    """DevClusterError naming the first port (and what it was for) that cannot be listened on."""
+    for port, what in ports.items():
+        if not 0 < port <= 65535:
+            raise DevClusterError(f"port {port} ({what}) is not a TCP port: choose another --base-port")
+        why = port_in_use(port)
+        if why is not None:
+            raise DevClusterError(f"port {port} on 127.0.0.1 ({what}) cannot be used: {why}; stop what holds it "
+                                  "or choose other ports (--base-port, --zookeeper-port)")
+
+
 def die_with_parent() -> None:
     """A subprocess's preexec_fn: SIGKILL when its parent dies (Linux's PR_SET_PDEATHSIG, kept across
     exec), so ZooKeeper and the brokers of a dev cluster or a test never outlive what started them.
@@ -154,6 +178,8 @@ class BrokerChild:
         }
         self.proc: subprocess.Popen[str] | None = None
         self.ready = threading.Event()
+        self.failure: str | None = None  # the broker's one-line reason, when it stopped at start
+        self.pump: threading.Thread | None = None
 
     def start(self, echo: bool = True) -> None:
         cmd = [sys.executable, "-m", "strom.cli.main", "broker"]
@@ -168,10 +194,13 @@ class BrokerChild:
             for line in self.proc.stdout:
                 if BROKER_READY_MARK in line:
                     self.ready.set()
+                elif line.startswith("strom: "):
+                    self.failure = line[len("strom: "):].strip()
                 if echo:
                     sys.stdout.write(f"[broker {self.broker_id}] {line}")
 
-        threading.Thread(target=pump, daemon=True).start()
+        self.pump = threading.Thread(target=pump, daemon=True)
+        self.pump.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.proc is None:
@@ -187,6 +216,13 @@ class BrokerChild:
 
 def run_dev_cluster(brokers: int, base_port: int, data_dir: Path, zk_port: int | None) -> None:
     """Start ZooKeeper and ``brokers`` brokers, print the bootstrap list, wait for Ctrl-C/SIGTERM."""
+    # A port already taken stops everything before anything starts, naming the port.
+    wanted = {base_port + i: f"broker {i + 1}'s listener" for i in range(brokers)}
+    if zk_port:
+        if zk_port in wanted:
+            raise DevClusterError(f"port {zk_port} cannot be both ZooKeeper's and {wanted[zk_port]}")
+        wanted[zk_port] = "ZooKeeper's"
+    check_ports(wanted)
     data_dir.mkdir(parents=True, exist_ok=True)
     zk = ZooKeeperServer(data_dir / "zookeeper", zk_port, tick_ms=500)
     print(f"starting ZooKeeper on 127.0.0.1:{zk.port} ...", flush=True)
@@ -210,9 +246,12 @@ def run_dev_cluster(brokers: int, base_port: int, data_dir: Path, zk_port: int |
         deadline = time.monotonic() + 60
         for child in children:
             while not child.ready.wait(0.2):
-                if stopping.is_set() or (child.proc is not None and child.proc.poll() is not None) \
-                        or time.monotonic() > deadline:
-                    raise DevClusterError(f"broker {child.broker_id} did not start")
+                exited = child.proc is not None and child.proc.poll() is not None
+                if stopping.is_set() or exited or time.monotonic() > deadline:
+                    if exited and child.pump is not None:
+                        child.pump.join(5)  # its last line may still be in the pipe
+                    why = f": {child.failure}" if child.failure else ""
+                    raise DevClusterError(f"broker {child.broker_id} did not start{why}")
         bootstrap = ",".join(f"127.0.0.1:{c.port}" for c in children)
         print(f"\nstrom dev cluster ready: {brokers} brokers, ZooKeeper {zk.connect}\n"
               f"bootstrap servers: {bootstrap}\nCtrl-C stops everything.\n", flush=True)

@@ -1,7 +1,7 @@
 """The admin HTTP listener of a broker with SASL: the console and REST API ask for a login, checked
 against the broker's SASL users (PLAIN from JAAS, SCRAM stored), served over https; with an
 authorizer, each call needs the ACL its Kafka request would, refusals are audited, and an
-anonymous request to delete a topic is refused."""
+anonymous request to delete a topic is refused; /metrics needs the login too."""
 
 from __future__ import annotations
 
@@ -76,8 +76,9 @@ def test_no_login_no_console_but_probes_stay_open(console_broker: SecureBroker, 
     status, _ = call(console_broker, certs, "DELETE", "/api/topics/keep-me")
     assert status == 401
     assert exists(console_broker, "keep-me")
-    for path in ("/healthz", "/readyz", "/metrics"):
+    for path in ("/healthz", "/readyz"):
         assert call(console_broker, certs, "GET", path)[0] == 200
+    assert call(console_broker, certs, "GET", "/metrics")[0] == 401  # it names every topic and group
 
 
 def test_a_wrong_password_is_refused_and_audited(console_broker: SecureBroker, certs: Certs) -> None:

@@ -2,8 +2,8 @@
 
 It runs as an aiohttp application in the broker's own event loop (no second process, no thread), on
 every ``admin.listeners`` address. It starts before the logs load, so supervisors see /healthz at
-once and /readyz turn 200 when the broker serves Kafka clients. A port that cannot be bound is
-logged and skipped: the Kafka side of the broker does not depend on its admin listener.
+once and /readyz turn 200 when the broker serves Kafka clients. An address that cannot be bound
+stops the broker with one line naming the listener and the port, as for a Kafka listener.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from prometheus_client.exposition import choose_encoder
 
 from strom.admin import api, snapshot
 from strom.admin.collector import make_registry
+from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
 from strom.admin.login import middleware as login_middleware
+from strom.broker.acceptor import ListenerBindError, bind
+from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -77,10 +80,16 @@ class AdminServer:
             from strom.security.tls import server_context
 
             self.tls = server_context(ListenerConfig(broker.config, "admin"))
-        app = web.Application(middlewares=[login_middleware(self.login), _guard], client_max_size=MAX_BODY_BYTES)
+        # First the Host header (DNS rebinding), then the login, then the checks on changes.
+        self.hosts = AllowedHosts(broker.config)
+        app = web.Application(middlewares=[self.hosts.middleware(), login_middleware(self.login), _guard],
+                              client_max_size=MAX_BODY_BYTES)
         app[api.BROKER_KEY] = broker
         app[api.HISTORY_KEY] = self.history
-        app.router.add_get("/metrics", self.metrics)
+        # Every topic and group by name: for whoever may see the overview (a login when the broker has
+        # one; with an authorizer, Describe on the cluster).
+        app.router.add_get("/metrics", api.endpoint(ready=False, acl=(AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                                                      None))(self.metrics))
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         api.add_routes(app)
@@ -95,11 +104,22 @@ class AdminServer:
         if not listeners:
             log.info("admin listener disabled (admin.listeners is empty)")
             return
+        bound: list[tuple[Listener, list[socket.socket]]] = []
+        try:
+            for listener in listeners:  # all of them first: a failure leaves nothing half started
+                what = f"admin listener {listener.name.lower()}://{listener.host}:{listener.port}"
+                bound.append((listener, bind(what, listener.host or "0.0.0.0", listener.port, backlog=128)))
+        except ListenerBindError:
+            for _, sockets in bound:
+                for sock in sockets:
+                    sock.close()
+            raise
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runner = runner
-        for listener in listeners:
-            await self._listen(runner, listener)
+        for listener, sockets in bound:
+            for sock in sockets:
+                await self._serve(runner, listener, sock)
         self._sampler = asyncio.ensure_future(self._sample())
 
     async def _sample(self) -> None:
@@ -108,16 +128,8 @@ class AdminServer:
             self.history.append([time.time(), *snapshot.totals(self.broker)])
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
-    async def _listen(self, runner: web.AppRunner, listener: Listener) -> None:
-        wanted = f"{listener.name.lower()}://{listener.host}:{listener.port}"
+    async def _serve(self, runner: web.AppRunner, listener: Listener, sock: socket.socket) -> None:
         tls = self.tls if listener.name == "HTTPS" else None
-        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
-        try:
-            sock = socket.create_server((listener.host, listener.port), family=family, backlog=128)
-        except OSError as e:
-            log.error("admin listener %s could not be bound (%s); the broker runs without it", wanted,
-                      e.strerror or e)
-            return
         site = web.SockSite(runner, sock, ssl_context=tls)
         await site.start()
         host, port = sock.getsockname()[:2]
@@ -134,10 +146,11 @@ class AdminServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.login.close()
 
     # ------------------------------------------------------------------ endpoints
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request, broker: Broker) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
 

@@ -35,9 +35,8 @@ def is_ready(broker: Broker) -> tuple[bool, str]:
 
     The broker opens its Kafka listeners only after loading the logs and replaying the groups, and
     closes them first when it stops, so serving listeners mean both."""
-    servers = getattr(broker, "_servers", [])
-    if not servers or not all(s.is_serving() for s in servers):
-        return False, "starting: loading logs" if not servers else "stopping: kafka listeners closed"
+    if not broker.kafka_listeners_serving():
+        return False, "stopping: kafka listeners closed" if broker.advertised else "starting: loading logs"
     coordinator = getattr(broker, "group_coordinator", None)
     if coordinator is not None and not coordinator.loaded:
         return False, "group coordinator not loaded"

@@ -3,6 +3,11 @@
 Kafka's contract is that responses on a connection leave in the order the requests arrived
 (librdkafka pipelines requests). Each request becomes a slot in ``_pending``; slots are written out
 from the front as they complete, so a long-polling fetch holds back only what came after it.
+
+As Kafka's Selector does, a connection that has neither received nor sent anything for
+``connections.max.idle.ms`` is closed (one that still owes an answer is not idle), and a failed SASL
+authentication is answered and closed only ``connection.failed.authentication.delay.ms`` later,
+on a timer: the connection reads nothing meanwhile, and the event loop serves everyone else.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import inspect
 import itertools
 import logging
 import struct
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +30,7 @@ from strom.security.authenticator import SaslAuthenticator
 from strom.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, subject_dn, user
 
 if TYPE_CHECKING:
+    from strom.broker.acceptor import ConnectionSlot
     from strom.broker.server import Broker
 
 log = logging.getLogger("strom.connection")
@@ -50,9 +57,10 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: str = "") -> None:
+    def __init__(self, broker: Broker, listener: str = "", slot: ConnectionSlot | None = None) -> None:
         self.broker = broker
         self.listener = listener  # the name of the listener this connection was accepted on
+        self.slot = slot  # its place in the connection quotas, given back when it closes
         self.id = next(_ids)
         self.decoder = wire.FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
@@ -61,6 +69,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
+        self._auth_failed = False  # a failed SASL login is answered and closed after a delay
+        # time.monotonic() of the last bytes read or written, for connections.max.idle.ms
+        self.last_active = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None  # the idle check, or the delayed close
         # Security: None on PLAINTEXT/SSL listeners; on a SASL listener the state of its login, and
         # until then frames are capped at sasl.server.max.receive.size.
         security = broker.security.get(listener)
@@ -81,6 +93,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.broker.connections.add(self)
+        self.last_active = time.monotonic()
+        idle_ms = self.broker.config.connections_max_idle_ms
+        if idle_ms >= 0:
+            self._timer = asyncio.get_running_loop().call_later(idle_ms / 1000, self._check_idle)
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None and self.authenticator is None:
             self._principal_from_certificate(ssl_object)
@@ -103,9 +119,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _set_principal(self, principal: KafkaPrincipal) -> None:
         self.principal, self.principal_name = principal, str(principal)
 
+    @property
+    def closing(self) -> bool:
+        """Closed, or being closed (a failed login waiting out its delay)."""
+        return self._closed or self._auth_failed
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        if self._closed:
+            return
+        idle_s = self.broker.config.connections_max_idle_ms / 1000
+        now = time.monotonic()
+        if self._pending:  # a request is being served (a long-polling fetch, say): not idle
+            self.last_active = now
+        left = self.last_active + idle_s - now
+        if left > 0:
+            self._timer = asyncio.get_running_loop().call_later(left, self._check_idle)
+            return
+        self.close(f"idle for longer than connections.max.idle.ms={self.broker.config.connections_max_idle_ms}",
+                   level=logging.INFO)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.slot is not None:
+            self.slot.release()
         for slot in self._pending:
             if slot.task is not None:
                 slot.task.cancel()
@@ -115,6 +156,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except wire.FrameTooLarge as e:
@@ -125,16 +167,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close(str(e))
             return
         for frame in frames:
-            if self._closed:
+            if self._closed or self._auth_failed:
                 return
             self._dispatch(frame)
         if len(self._pending) >= MAX_IN_FLIGHT and not self._paused and self.transport:
             self._paused = True
             self.transport.pause_reading()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, level: int = logging.WARNING) -> None:
         if not self._closed:
-            log.warning("closing connection %s from %s: %s", self.id, self.peer, reason)
+            log.log(level, "closing connection %s from %s: %s", self.id, self.peer, reason)
             self._closed = True
             if self.transport is not None:
                 self.transport.close()
@@ -181,7 +223,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result = handler.handle(self.broker, ctx, request)
             if not inspect.isawaitable(result):
                 # Answered without waiting: no Task, the response is queued on this loop turn.
-                self._complete_now(self._respond(ctx, result, started))
+                out = self._respond(ctx, result, started)
+                if auth is not None and auth.failed and prefix.api_key in _SASL_APIS:
+                    self._authentication_failed(out)
+                    return
+                self._complete_now(out)
                 if auth is not None and prefix.api_key in _SASL_APIS:
                     self._after_sasl_step(auth)
                 return
@@ -246,19 +292,58 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if asyncio.get_running_loop().time() < self._throttled_until - 0.001:
             return  # a later throttle extended it; its own call comes
         self._throttled_until = 0.0
-        if not self._paused and self.transport is not None and not self._closed:
+        if not self._paused and self.transport is not None and not self.closing:
             self.transport.resume_reading()
 
     def _raw_token(self, auth: SaslAuthenticator, frame: bytes | bytearray) -> None:
         """After a v0 SaslHandshake the tokens travel as bare size-prefixed frames."""
         result = auth.authenticate(bytes(frame))
+        if auth.failed:
+            self._authentication_failed(None)  # v0 has no error answer: the connection just closes
+            return
         if result.error_code == 0:
             self._complete_now(_SIZE.pack(len(result.auth_bytes)) + result.auth_bytes)
         self._after_sasl_step(auth)
 
+    def _authentication_failed(self, answer: Outgoing) -> None:
+        """Answer a failed SASL step and close, connection.failed.authentication.delay.ms after the
+        failure (Kafka's delayed close): a password guesser gets one try per delay and connection,
+        and nothing more is read from it meanwhile. A timer, not a wait: others are served."""
+        self._auth_failed = True
+        reason = f"SASL authentication failed on listener {self.listener}"
+        delay_ms = self.broker.config.connection_failed_authentication_delay_ms
+        if delay_ms <= 0:
+            if answer is not None:
+                self._complete_now(answer)
+            self.close(reason)  # the answer is sent first
+            return
+        log.info("connection %s from %s: SASL authentication failed on listener %s; answering and closing in "
+                 "%d ms (connection.failed.authentication.delay.ms)", self.id, self.peer, self.listener, delay_ms)
+        if self.transport is not None:
+            self.transport.pause_reading()
+        slot = _Slot()  # its place in the response order, filled when the delay is over
+        self._pending.append(slot)
+        due = time.monotonic() + delay_ms / 1000
+
+        def answer_and_close() -> None:
+            self._timer = None
+            if self._closed:
+                return
+            left = due - time.monotonic()
+            if left > 0:  # the loop's timers keep a coarser clock and may come a little early
+                self._timer = asyncio.get_running_loop().call_later(left, answer_and_close)
+                return
+            slot.data, slot.ready = answer, True
+            self._flush()
+            self.close(reason)
+
+        if self._timer is not None:
+            self._timer.cancel()  # the idle check: this connection closes anyway
+        self._timer = asyncio.get_running_loop().call_later(delay_ms / 1000, answer_and_close)
+
     def _after_sasl_step(self, auth: SaslAuthenticator) -> None:
         if auth.failed:
-            self.close(f"SASL authentication failed on listener {self.listener}")  # the answer is sent first
+            self._authentication_failed(None)
         elif auth.principal is not None and not self._authenticated:
             self._authenticated = True
             self._set_principal(auth.principal)  # re-authentication keeps it (the authenticator checks)
@@ -277,14 +362,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _flush(self) -> None:
         pending = self._pending
         transport = self.transport
+        wrote = False
         while pending and pending[0].ready:
             data = pending.popleft().data
             if data is not None and transport is not None and not self._closed:
+                wrote = True
                 if type(data) is list:
                     transport.writelines(data)
                 else:
                     transport.write(cast(bytes, data))
-        if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self._closed:
+        if wrote:
+            self.last_active = time.monotonic()
+        if self._paused and len(pending) < MAX_IN_FLIGHT // 2 and transport is not None and not self.closing:
             self._paused = False
             if not self._throttled_until:
                 transport.resume_reading()

@@ -10,9 +10,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.acceptor import Acceptor, ConnectionLimits, ListenerBindError, bind
 from strom.broker.acls import AclManager
 from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
+from strom.broker.connection_quotas import ConnectionQuotas
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
@@ -53,6 +55,9 @@ class Broker:
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
         self.connections: set[KafkaConnection] = set()
+        # max.connections, per listener and per address (a name in the overrides that does not
+        # resolve stops the broker here, naming the key).
+        self.connection_limits = ConnectionLimits(ConnectionQuotas.from_config(config), self.connections)
         log_dirs = list(config.log_dirs)
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -77,7 +82,7 @@ class Broker:
         self.config_admin = ConfigAdmin(self)
         self.acls = AclManager(self)  # authorizer.class.name: who may do what (strom.security.acl)
         self.quotas = QuotaManager(self)  # client quotas: throttling (strom.security.quotas)
-        self._servers: list[asyncio.base_events.Server] = []
+        self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
@@ -99,9 +104,39 @@ class Broker:
             "throttle_time": 0,
         }
 
+    def _bind(self) -> None:
+        """Every Kafka listener's sockets, bound and listening, before anything else starts: an
+        address in use stops the broker with one line (ListenerBindError) before it touches its data.
+        Connections wait in the listen queue until the acceptors start, when the broker serves."""
+        for listener in self.config.listeners:
+            security = self.security[listener.name]
+            sockets = bind(f"listener {listener}", listener.host or "0.0.0.0", listener.port, backlog=1024)
+            # Each connection knows its listener: clients are told that listener's addresses.
+            # TLS listeners: the event loop's TLS (OpenSSL through the ssl module) wraps the socket;
+            # the connection sees plain frames once the handshake is done.
+            self._acceptors.append(Acceptor(
+                listener, sockets, self.connection_limits,
+                functools.partial(KafkaConnection, self, listener.name), security.ssl_context,
+                10.0 if security.uses_tls else None))
+
+    def kafka_listeners_serving(self) -> bool:
+        """Every Kafka listener accepts connections (the broker has started and not begun to stop)."""
+        return bool(self._acceptors) and all(a.serving for a in self._acceptors)
+
+    def _unbind(self) -> None:
+        for acceptor in self._acceptors:
+            acceptor.close()
+
     async def start(self) -> None:
-        for service in self.services:
-            await service.start()
+        try:
+            self._bind()
+            for service in self.services:
+                await service.start()  # the admin listener binds its own sockets (the same error)
+        except ListenerBindError:
+            self._unbind()
+            for service in reversed(self.services):
+                await service.stop()
+            raise
         loop = asyncio.get_running_loop()
         if self.cluster is not None:
             await self.cluster.connect()  # the metadata cache is loaded from ZooKeeper
@@ -116,17 +151,8 @@ class Broker:
         self.txn_coordinator = TransactionCoordinatorRuntime(self, functools.partial(write_markers, self))
         await self.txn_coordinator.start()  # replays __transaction_state, resumes unfinished commits
         await self.maintenance.start()  # after the replay, which reads logs from threads
-        for listener in self.config.listeners:
-            # Each connection knows its listener: clients are told that listener's addresses.
-            # TLS listeners: the event loop's TLS (OpenSSL through the ssl module) wraps the socket;
-            # the connection sees plain frames once the handshake is done.
-            server = await loop.create_server(functools.partial(KafkaConnection, self, listener.name),
-                                              listener.host or "0.0.0.0", listener.port,
-                                              reuse_address=True, backlog=1024,
-                                              ssl=self.security[listener.name].ssl_context,
-                                              ssl_handshake_timeout=10.0 if self.security[listener.name].uses_tls
-                                              else None)
-            self._servers.append(server)
+        for acceptor in self._acceptors:
+            acceptor.start()
         self.advertised = {name: BrokerInfo(self.config.broker_id, host, port, self.config.broker_rack)
                            for name, host, port in self._bound_endpoints()}
         self.node = next(iter(self.advertised.values()))
@@ -134,7 +160,7 @@ class Broker:
             await self.cluster.register(self._bound_endpoints())  # joins: the controller sees it now
         self.spawn(self._flush_loop())
         self.spawn(self._checkpoint_loop())
-        ports = ",".join(str(s.sockets[0].getsockname()[1]) for s in self._servers)
+        ports = ",".join(str(a.port) for a in self._acceptors)
         log.info("strom broker %d ready: listening on %s (port %s), log.dirs=%s",
                  self.config.broker_id, ",".join(self._describe(lst) for lst in self.config.listeners),
                  ports, ",".join(str(d) for d in self.config.log_dirs))
@@ -160,8 +186,7 @@ class Broker:
 
     def _bound_endpoints(self) -> list[tuple[str, str, int]]:
         """(listener name, advertised host, port) with ports chosen by the OS filled in."""
-        bound = {lst.name: srv.sockets[0].getsockname()[1] for lst, srv in zip(self.config.listeners, self._servers,
-                                                                                 strict=False)}
+        bound = {a.listener.name: a.port for a in self._acceptors}
         advertised = self.config.advertised_listeners or self.config.listeners
         return [(a.name, a.host or "127.0.0.1", a.port or bound.get(a.name, a.port)) for a in advertised]
 
@@ -216,8 +241,7 @@ class Broker:
         log.info("strom broker %d shutting down", self.config.broker_id)
         if self.cluster is not None:
             await self.cluster.shutdown()  # leaves the cluster first: leaders move, fetchers stop
-        for server in self._servers:
-            server.close()
+        self._unbind()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
@@ -256,6 +280,9 @@ def run_broker(config: BrokerConfig, setup: Any = None) -> None:
         raise SystemExit(2) from None
     try:
         runner(broker.serve_forever())
+    except ListenerBindError as e:
+        print(f"strom: {e}", file=sys.stderr, flush=True)  # one line naming the listener and the port
+        raise SystemExit(1) from None
     except zk_errors as e:
         log.error("zookeeper.connect: %s", e)
         raise SystemExit(2) from None

@@ -134,6 +134,8 @@ _DERIVED = frozenset(
         "listener_security_protocol_map",
         "inter_broker_listener_name",
         "admin_listeners",
+        "admin_allowed_hosts",
+        "max_connections_per_ip_overrides",
         "log_dirs",
         "log_roll_ms",
         "log_roll_jitter_ms",
@@ -167,6 +169,7 @@ class BrokerConfig:
     inter_broker_listener_name: str | None
     security_inter_broker_protocol: str
     admin_listeners: list[Listener]
+    admin_allowed_hosts: list[str]  # lower case, without a trailing dot
     broker_rack: str | None
     # storage
     log_dirs: list[Path]
@@ -218,6 +221,8 @@ class BrokerConfig:
     connections_max_idle_ms: int
     max_connections: int
     max_connections_per_ip: int
+    max_connections_per_ip_overrides: dict[str, int]  # host or address, as written -> its limit
+    connection_failed_authentication_delay_ms: int
     fetch_max_bytes: int
     # groups and offsets
     group_initial_rebalance_delay_ms: int
@@ -502,6 +507,20 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
         if a.name not in ("HTTP", "HTTPS"):
             raise ConfigError("admin.listeners", f"'{a}' must start with http:// or https://")
     out["admin_listeners"] = admin
+    out["admin_allowed_hosts"] = _allowed_hosts(values.get("admin.allowed.hosts") or [])
+
+    # Connection limits, with Kafka's cross-checks (KafkaConfig.validateValues).
+    per_ip = _parse_per_ip_overrides(_opt_str(values, "max.connections.per.ip.overrides") or "")
+    out["max_connections_per_ip_overrides"] = per_ip
+    if _int(values, "max.connections.per.ip") == 0 and not per_ip:
+        raise ConfigError("max.connections.per.ip", "may be 0 only when max.connections.per.ip.overrides names "
+                                                    "the addresses that may connect")
+    idle_ms = _int(values, "connections.max.idle.ms")
+    delay_ms = _int(values, "connection.failed.authentication.delay.ms")
+    if idle_ms >= 0 and delay_ms >= idle_ms:
+        raise ConfigError("connection.failed.authentication.delay.ms",
+                          f"value {delay_ms} must be less than connections.max.idle.ms ({idle_ms}), or the "
+                          "connection would be closed as idle before the failure is answered")
 
     # log.dirs wins over log.dir.
     dirs_text = _opt_str(values, "log.dirs")
@@ -555,6 +574,43 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
         raise ConfigError(
             "log.cleaner.min.compaction.lag.ms", "must not be greater than log.cleaner.max.compaction.lag.ms"
         )
+    return out
+
+
+# Kafka's Utils.validHostPattern: the characters a host name or address may have.
+_HOST_RE = re.compile(r"[0-9a-zA-Z\-%._:]+")
+
+
+def _parse_per_ip_overrides(text: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides: ``host:count`` pairs (the count after the last ':', so an IPv6
+    address may be written as it is), as Kafka's CoreUtils.parseCsvMap reads them."""
+    key = "max.connections.per.ip.overrides"
+    out: dict[str, int] = {}
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        host, sep, count = (p.strip() for p in item.rpartition(":"))
+        if not sep or not host or not count:
+            raise ConfigError(key, f"'{item}' is not of the form host:count")
+        if not _HOST_RE.fullmatch(host):
+            raise ConfigError(key, f"'{host}' is not a host name or address")
+        if not re.fullmatch(r"[0-9]+", count) or int(count) > 2**31 - 1:
+            raise ConfigError(key, f"'{item}': the count must be an int from 0 to 2147483647")
+        if host.lower() in out:
+            raise ConfigError(key, f"{host} is listed twice")
+        out[host.lower()] = int(count)
+    return out
+
+
+def _allowed_hosts(items: Value) -> list[str]:
+    """admin.allowed.hosts: names (any case, a trailing dot ignored), .domain suffixes, or *."""
+    assert isinstance(items, list)
+    out = []
+    for item in items:
+        name = item.strip().lower().rstrip(".")
+        if name != "*" and not re.fullmatch(r"\.?[0-9a-z_\-]+(\.[0-9a-z_\-]+)*|\[?[0-9a-f:.]+\]?", name):
+            raise ConfigError("admin.allowed.hosts", f"'{item}' is not a host name, a .domain or *")
+        out.append(name.strip("[]"))
     return out
 
 

@@ -72,6 +72,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("admin.listeners", STR, "http://127.0.0.1:8090",
               "strom only: http://host:port addresses of the admin HTTP server (metrics, REST); empty = off.",
               MEDIUM),
+    ConfigDef("admin.allowed.hosts", LIST, "",
+              "strom only: host names, besides the admin listener's own, a request to it may name in its "
+              "Host header (.example.com = that domain and its subdomains, * = any).", MEDIUM),
     ConfigDef("broker.rack", STR, None, "Rack of this broker, for rack-aware replica placement.", MEDIUM),
     # --- storage ---
     ConfigDef("log.dirs", STR, None, "Comma-separated data directories; null = log.dir.", HIGH),
@@ -183,9 +186,21 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("socket.receive.buffer.bytes", INT, "102400", "SO_RCVBUF of accepted sockets; -1 = OS default.",
               HIGH),
     ConfigDef("socket.listen.backlog.size", INT, "50", "Listen backlog of server sockets.", MEDIUM, at_least(1)),
-    ConfigDef("connections.max.idle.ms", LONG, "600000", "Close connections idle this long.", MEDIUM),
-    ConfigDef("max.connections", INT, _INT_MAX, "Most connections the broker accepts.", MEDIUM, at_least(0)),
-    ConfigDef("max.connections.per.ip", INT, _INT_MAX, "Most connections from one address.", MEDIUM, at_least(0)),
+    ConfigDef("connections.max.idle.ms", LONG, "600000",
+              "Close a client connection that has sent nothing and been sent nothing for this long; "
+              "negative = never.", MEDIUM),
+    ConfigDef("max.connections", INT, _INT_MAX,
+              "Most client connections the broker holds; at the limit it accepts a new one only when another "
+              "closes (per listener too, as listener.name.<listener>.max.connections).", MEDIUM, at_least(0)),
+    ConfigDef("max.connections.per.ip", INT, _INT_MAX,
+              "Most connections from one address; a connection beyond it is closed as soon as it is accepted. "
+              "0 only with max.connections.per.ip.overrides.", MEDIUM, at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", STR, "",
+              "host:count pairs, comma-separated, that replace max.connections.per.ip for those addresses "
+              "(host names are resolved at start), e.g. 10.0.0.7:500,monitor.example:5.", MEDIUM),
+    ConfigDef("connection.failed.authentication.delay.ms", INT, "100",
+              "A failed SASL authentication is answered, and its connection closed, only this long after "
+              "the failure; must be less than connections.max.idle.ms.", LOW, at_least(0)),
     ConfigDef("fetch.max.bytes", INT, "57671680",
               "Cap on one fetch response (with the request's max_bytes); the first batch of the first "
               "partition with data goes out whole however large (KIP-74).", MEDIUM, at_least(1024)),

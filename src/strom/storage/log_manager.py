@@ -137,11 +137,13 @@ class LogManager:
         directories left over from topic deletion."""
         for directory in self.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
+        # A directory no broker has started in yet: meta.properties is written at the first start.
+        new = [not (directory / META_PROPERTIES).exists() for directory in self.log_dirs]
         self._check_meta_properties()
         for index in range(len(self.log_dirs)):
-            self._load_dir(index)
+            self._load_dir(index, new[index])
 
-    def _load_dir(self, index: int) -> None:
+    def _load_dir(self, index: int, new: bool = False) -> None:
         directory = self.log_dirs[index]
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
@@ -150,7 +152,10 @@ class LogManager:
         self.high_watermark_checkpoints.update(
             OffsetCheckpointFile(directory / REPLICATION_OFFSET_CHECKPOINT).read()
         )
-        log.info("loading logs from %s (%s shutdown)", directory, "clean" if clean else "unclean")
+        if new and not clean and not any(parse_topic_partition(c.name) for c in directory.iterdir() if c.is_dir()):
+            log.info("loading logs from %s (a new directory: no logs yet)", directory)
+        else:
+            log.info("loading logs from %s (%s shutdown)", directory, "clean" if clean else "unclean")
         for child in sorted(directory.iterdir()):
             if not child.is_dir():
                 continue
