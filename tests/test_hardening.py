@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from brokerproc import BrokerProcess
-from helpers import RawConnection, create_topics, ms, request_class
+from brokerproc import BrokerProcess, free_port
+from helpers import RawConnection, create_topics, ms, request_class, wait_until
 from test_admin_api import call
 from test_alter_configs import describe
 from test_metrics import admin_url
@@ -314,3 +314,37 @@ def test_duplicate_resources_are_found_in_one_pass() -> None:
     codes = [r["error_code"] for r in response["responses"]]
     assert [i for i, code in enumerate(codes) if code] == [7, RESOURCES, RESOURCES + 1]
     assert codes[7] == codes[-2] == codes[-1] == E.invalid_request and len(altered) == RESOURCES - 1
+
+
+def test_host_acls_match_ipv4_clients_of_a_dual_stack_listener(broker_factory: Any) -> None:
+    """An IPv4 client of a listener on [::] arrives as ::ffff:127.0.0.1; a host ACL for 127.0.0.1
+    must match it, as it does in Kafka (the address is the IPv4 one)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+    )
+    from confluent_kafka.admin import ResourceType as CkResourceType
+    port = free_port()
+    b = broker_factory(port=port, overrides={
+        "listeners": f"PLAINTEXT://[::]:{port}", "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "true"})
+    create_topics(b.bootstrap, {"by-host": 1, "other-host": 1})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    bindings = [AclBinding(CkResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:ANONYMOUS", host,
+                           AclOperation.ALL, AclPermissionType.ALLOW)
+                for topic, host in (("by-host", "127.0.0.1"), ("other-host", "10.9.9.9"))]
+    for f in admin.create_acls(bindings).values():
+        f.result(10)
+
+    def errors() -> dict[str, int]:
+        with RawConnection(b.bootstrap) as conn:
+            md = conn.metadata(["by-host", "other-host"])
+        return {str(t.name): int(t.error_code) for t in md.topics}
+
+    # The ACL for this client's address serves it; one for another address does not.
+    wait_until(lambda: errors() == {"by-host": 0, "other-host": int(E.topic_authorization_failed)}, 10,
+               what="the ACLs in force, matched by the IPv4 address")

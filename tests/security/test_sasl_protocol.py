@@ -233,3 +233,17 @@ def test_librdkafka_reauthenticates_by_itself(broker: SecureBroker) -> None:
     assert p.flush(15) == 0 and not errors, errors[:3]
     # KIP-368 on the same connections: none was closed for an expired session.
     assert not [line for line in broker.proc.log_lines[log_from:] if "SASL session expired" in line]
+
+
+def test_reauthentication_may_not_switch_mechanism(broker: SecureBroker) -> None:
+    """KIP-368: a connection re-authenticates with the mechanism it first used, even as the same user
+    (SCRAM-SHA-512 then SCRAM-SHA-256 as dave): refused, then closed, as Kafka does."""
+    with RawConnection(broker.addr["SASL_PLAINTEXT"]) as c:
+        assert login(c, "SCRAM-SHA-512", "dave", "dave-secret").error_code == 0
+        resp = login(c, "SCRAM-SHA-256", "dave", "dave-secret")
+        assert resp.error_code == 58 and "SCRAM-SHA-512" in (resp.error_message or ""), resp
+        assert c.wait_closed(5)
+    with RawConnection(broker.addr["SASL_PLAINTEXT"]) as c:  # the same mechanism again is fine
+        assert login(c, "SCRAM-SHA-256", "dave", "dave-secret").error_code == 0
+        assert login(c, "SCRAM-SHA-256", "dave", "dave-secret").error_code == 0
+        assert c.metadata(None).brokers

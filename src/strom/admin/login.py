@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from strom.broker.context import RequestContext
+from strom.security.acl import client_address
 from strom.security.sasl_server import decoy_salt
 from strom.security.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramCredential
 
@@ -152,5 +153,5 @@ def middleware(login: AdminLogin) -> Callable[..., Awaitable[web.StreamResponse]
 def context(request: web.Request, what: str) -> RequestContext:
     """The request as the authorizer sees it: its principal (User:ANONYMOUS without a login) and
     address; the audit line names ``what`` in place of a Kafka API."""
-    return RequestContext(-1, 0, 0, f"admin http: {what}", request.remote or "", 0,
+    return RequestContext(-1, 0, 0, f"admin http: {what}", client_address(request.remote or ""), 0,
                           principal=str(request.get(PRINCIPAL_KEY, "User:ANONYMOUS")))

@@ -38,7 +38,8 @@ class ListenerBindError(Exception):
 
 def bind(what: str, host: str, port: int, backlog: int) -> list[socket.socket]:
     """Listening, non-blocking sockets on every address ``host`` resolves to (one for an address),
-    as asyncio's create_server binds them; ListenerBindError names ``what`` and the port."""
+    as asyncio's create_server binds them, except that a host resolving to IPv6 addresses only
+    ([::]) is dual-stack, as in Kafka; ListenerBindError names ``what`` and the port."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as e:
@@ -46,6 +47,9 @@ def bind(what: str, host: str, port: int, backlog: int) -> list[socket.socket]:
                                 f"({_reason(e)})") from None
     sockets: list[socket.socket] = []
     seen = set()
+    # An IPv6 socket takes IPv4 clients too (as ::ffff:a.b.c.d, as Kafka's listeners on [::] do),
+    # unless the host also resolves to IPv4 addresses, which get sockets of their own.
+    v6_only = any(info[0] == socket.AF_INET for info in infos)
     for family, kind, proto, _, address in infos:
         if (family, address) in seen:
             continue
@@ -58,7 +62,7 @@ def bind(what: str, host: str, port: int, backlog: int) -> list[socket.socket]:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6_only))
             sock.bind(address)
             sock.listen(backlog)
             sock.setblocking(False)

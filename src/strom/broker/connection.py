@@ -26,6 +26,7 @@ from strom.broker.context import QUOTA_EXEMPT, RequestContext
 from strom.protocol import splice, wire
 from strom.protocol.build import build
 from strom.protocol.splice import BlobSplicer
+from strom.security.acl import client_address
 from strom.security.authenticator import SaslAuthenticator
 from strom.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, subject_dn, user
 
@@ -65,6 +66,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.decoder = wire.FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.client_host = "?"
         self._pending: collections.deque[_Slot] = collections.deque()
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
@@ -92,6 +94,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.client_host = client_address(str(peer[0])) if peer else "?"
         self.broker.connections.add(self)
         self.last_active = time.monotonic()
         idle_ms = self.broker.config.connections_max_idle_ms
@@ -216,7 +219,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(str(e))
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
-                             self.peer.rsplit(":", 1)[0], self.id, self.listener, self.principal_name, auth,
+                             self.client_host, self.id, self.listener, self.principal_name, auth,
                              size=len(frame))
         started = self.broker.metrics.clock()
         try:

@@ -6,6 +6,7 @@ Pure: no I/O, no broker. The numeric codes are Kafka's (they travel in CreateAcl
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -21,6 +22,17 @@ ACL_AUTHORIZERS = frozenset({
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "strom.security.AclAuthorizer",
 })
+
+
+def client_address(host: str) -> str:
+    """The address host ACLs match: an IPv4 client of a dual-stack listener arrives as an
+    IPv4-mapped IPv6 address (::ffff:10.0.0.9), which is its IPv4 address, as Kafka (Java's
+    InetAddress) sees it."""
+    try:
+        mapped = ipaddress.IPv6Address(host.split("%", 1)[0]).ipv4_mapped
+    except ValueError:
+        return host
+    return str(mapped) if mapped is not None else host
 
 
 class ResourceType(IntEnum):

@@ -42,6 +42,8 @@ class SaslAuthenticator:
         self.principal: KafkaPrincipal | None = None  # set once authenticated
         self.expires_at_ns: int | None = None
         self.failed = False  # the connection must close once the current answer is written
+        self._mechanism: str | None = None  # the first successful handshake's: re-authentication keeps it
+        self._bad_mechanism: str | None = None  # why a re-authentication's mechanism is refused
 
     def allows(self, api_key: int) -> bool:
         """May this request be served now? False: close the connection without serving it."""
@@ -67,7 +69,13 @@ class SaslAuthenticator:
         if mechanism not in enabled:
             self.failed = True  # as Kafka: the answer lists what is offered, then the connection closes
             return UNSUPPORTED_SASL_MECHANISM, enabled
+        if self.principal is not None and mechanism != self._mechanism:
+            # Re-authentication may not switch mechanisms (KIP-368): as Kafka, the handshake is
+            # answered and the next token refused (SASL_AUTHENTICATION_FAILED), then the close.
+            self._bad_mechanism = (f"SASL mechanism {mechanism!r} requested for re-authentication is not "
+                                   f"{self._mechanism!r}, the one this connection authenticated with")
         self._server = make_server(mechanism, self.listener.plain_users, self._lookup)
+        self._mechanism = self._mechanism or mechanism
         self.raw_tokens = version == 0
         return 0, enabled
 
@@ -77,6 +85,9 @@ class SaslAuthenticator:
             self.failed = True
             return AuthResult(ILLEGAL_SASL_STATE, "SaslAuthenticate was not expected now (send SaslHandshake first)",
                               b"", 0)
+        if self._bad_mechanism is not None:
+            self.failed = True
+            return AuthResult(SASL_AUTHENTICATION_FAILED, self._bad_mechanism, b"", 0)
         try:
             out = server.evaluate(token)
         except AuthenticationFailed as e:
