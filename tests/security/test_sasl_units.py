@@ -87,10 +87,14 @@ def test_session_expiry_and_reauthentication() -> None:
     assert auth.allows(0)
     clock.now = 1_000_000_001
     assert not auth.allows(0) and auth.allows(17)  # expired: only a new handshake
-    assert _login(auth, "SCRAM-SHA-256", "u", "pw") == 0
+    assert _login(auth, "SCRAM-SHA-512", "u", "pw") == 0  # with the mechanism it first used
     assert auth.allows(0)
     assert _login(auth, "PLAIN", "p", "plain-pw") == 58  # another principal
     assert auth.failed
+    switched = _auth()
+    assert _login(switched, "SCRAM-SHA-512", "u", "pw") == 0
+    assert _login(switched, "SCRAM-SHA-256", "u", "pw") == 58  # KIP-368: not another mechanism
+    assert switched.failed
 
 
 def test_out_of_order_steps_are_illegal() -> None:
