@@ -114,7 +114,9 @@ def test_rebalances_lose_nothing_and_duplicate_only_uncommitted(gbroker: BrokerP
     procs = [ConsumerProcess(bs, "rebal", "g-rebal", f"m{i}") for i in range(3)]
     produced: list[Any] = []
     try:
-        wait_until(lambda: sum(len(p.assignment()) for p in procs) == 6, 30, what="3 members assigned")
+        # Every member with its share, not one member holding all six while the others still join.
+        wait_until(lambda: all(p.assignment() for p in procs) and sum(len(p.assignment()) for p in procs) == 6,
+                   30, what="3 members assigned")
         produced += confluent_produce(bs, "g-rebal", values(150, 0))
         wait_until(lambda: len({r for p in procs for r in p.processed()}) >= 150, 30, what="phase 1 consumed")
 
