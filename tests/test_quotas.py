@@ -106,9 +106,6 @@ def test_a_producer_over_its_quota_is_held_to_it_and_others_are_not(quota_broker
         conn.create_topic(topic, 2)
     ok("quotas", "alter", "--client-id", "slow", "--add-config", f"producer_byte_rate={QUOTA}", *b)
     try:
-        alone = Producing(quota_broker.bootstrap, topic, "fast", 3)
-        alone.start()
-        alone.join(30)
         t0 = time.monotonic()
         fast = Producing(quota_broker.bootstrap, topic, "fast", 8)
         slow = Producing(quota_broker.bootstrap, topic, "slow", 8)
@@ -120,9 +117,11 @@ def test_a_producer_over_its_quota_is_held_to_it_and_others_are_not(quota_broker
         slow_rate = slow.rate(t0 + 3, t0 + 8)
         assert 0.8 * QUOTA <= slow_rate <= 1.2 * QUOTA, f"{slow_rate:.0f} B/s against a quota of {QUOTA}"
         assert slow.throttled_ms and max(slow.throttled_ms) > 0, "the broker never told the client to wait"
-        solo, together = alone.rate(alone.acks[0], alone.acks[-1]), fast.rate(t0 + 3, t0 + 8)
-        assert together >= 0.5 * solo, f"unthrottled: {together:.0f} B/s beside the throttled one, {solo:.0f} alone"
+        # The other client is never told to wait and, in the same window, goes far past the quota
+        # (how fast it goes beside the throttled one is a benchmark's question, not this test's).
         assert not fast.throttled_ms or max(fast.throttled_ms) == 0
+        together = fast.rate(t0 + 3, t0 + 8)
+        assert together > 4 * QUOTA, f"unthrottled: {together:.0f} B/s beside the throttled one"
     finally:
         ok("quotas", "alter", "--client-id", "slow", "--delete-config", "producer_byte_rate", *b)
 

@@ -199,7 +199,9 @@ def test_consumer_group_carries_on_through_injected_group_and_fetch_errors(strom
 def test_clients_carry_on_after_drop_connections(strom_broker_factory: Factory) -> None:
     broker = strom_broker_factory()
     broker.create_topic("dropped")
-    p = producer(broker)
+    # Idempotent: a producer without it may write a record twice when it retries a request whose
+    # connection went (Kafka's at-least-once), and this test counts exactly once.
+    p = producer(broker, **{"enable.idempotence": True})
     c = consumer(broker, "droppers")
     try:
         c.subscribe(["dropped"])
