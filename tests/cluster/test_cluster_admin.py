@@ -129,7 +129,9 @@ def test_min_insync_replicas_refuses_acks_all_below_it(cluster: Cluster) -> None
                          "retries": 0})
     producer.produce(topic, b"refused", on_delivery=lambda err, msg: errors.append(err.name() if err else "OK"))
     producer.flush(10)
-    assert errors and errors[0] in ("NOT_ENOUGH_REPLICAS", "_MSG_TIMED_OUT"), errors
+    # ZooKeeper has the shrink a moment before the leader acts on it: a write in that moment passes
+    # the check and is refused after its append, NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka.
+    assert errors and errors[0] in ("NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "_MSG_TIMED_OUT"), errors
     if errors[0] == "_MSG_TIMED_OUT":  # librdkafka retried the retriable error until the timeout
         pytest.fail("acks=all was not refused with NOT_ENOUGH_REPLICAS within 3 s")
     ok = confluent_produce(cluster.bootstrap, topic, [{"value": b"acks1"}], {"acks": "1"})
