@@ -12,8 +12,8 @@ from strom.replication.fetcher import ReplicaFetcher
 def _fetcher() -> ReplicaFetcher:
     config = SimpleNamespace(replica_fetch_backoff_ms=1000, replica_fetch_wait_max_ms=500,
                              replica_socket_timeout_ms=30000)
-    broker = SimpleNamespace(config=config, spawn=asyncio.ensure_future)
-    manager: Any = SimpleNamespace(broker=broker, broker_id=2, store=SimpleNamespace(brokers={}))
+    manager: Any = SimpleNamespace(config=config, spawn=asyncio.ensure_future, broker_id=2,
+                                   registration=lambda broker_id: None)
     return ReplicaFetcher(manager, leader_id=1)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from strom.cluster.zk_layout import PartitionState
 from strom.replication.partition import Partition
+from strom.replication.purgatory import Purgatory
 from strom.replication.replica_manager import ReplicaManager
 
 
@@ -41,9 +42,9 @@ def _manager(brokers: set[int], shutting_down: set[int]) -> tuple[ReplicaManager
     """A ReplicaManager whose ISR writes are recorded instead of sent to ZooKeeper."""
     proposed: list[tuple[int, ...]] = []
     store: Any = SimpleNamespace(listeners=[], brokers={b: None for b in brokers}, shutting_down=shutting_down)
-    broker: Any = SimpleNamespace(config=SimpleNamespace(broker_id=1),
-                                  purgatory=SimpleNamespace(notify=lambda key: None))
-    manager = ReplicaManager(broker, store)
+    manager = ReplicaManager(
+        1, store, logs=Any, purgatory=Purgatory(), config=lambda: Any, spawn=Any, inter_broker_security=Any,
+        topic_log_config=Any, on_topic_config=Any, on_client_append=Any)
 
     def change_isr(part: Partition, isr: tuple[int, ...], why: str) -> None:
         proposed.append(isr)

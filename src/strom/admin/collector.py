@@ -156,31 +156,29 @@ class BrokerCollector:
         alerts written for Kafka translate one to one. A single broker is its own controller and leads
         every partition with an ISR of itself: nothing is under-replicated or offline there."""
         broker = self.broker
-        rm = broker.replicas
+        rm = broker.replica_manager
         cluster = broker.cluster
         lag = GaugeMetricFamily("strom_fetcher_lag",
                                 "On a partition's leader: its log end offset minus each follower's "
                                 "(kafka.server FetcherLagMetrics ConsumerLag, seen from the leader).",
                                 labels=["topic", "partition", "replica"])
-        if rm is None:
-            partitions = leaders = sum(t.partitions for t in broker.metadata.topics().values())
-            under = shrinks = expands = offline = 0
-            active = 1
+        partitions, leaders, under = len(rm.partitions), rm.led(), rm.under_replicated()
+        shrinks, expands = rm.isr_shrinks, rm.isr_expands
+        if cluster is None:  # its own controller, every partition led here
+            active, offline = 1, 0
         else:
-            partitions, leaders, under = len(rm.partitions), rm.led(), rm.under_replicated()
-            shrinks, expands = rm.isr_shrinks, rm.isr_expands
-            controller = cluster.controller if cluster is not None else None
+            controller = cluster.controller
             active = 1 if controller is not None and controller.active else 0
             # Like Kafka, only the active controller counts offline partitions; the others say 0.
             offline = snapshot.offline_partition_count(broker) if active else 0
-            for part in sorted(rm.partitions.values(), key=lambda p: p.key):
-                if not part.is_leader:
-                    continue
-                end = part.log.log_end_offset
-                for replica, follower in sorted(part.followers.items()):
-                    if follower.log_end_offset >= 0:  # unknown until the follower's first fetch here
-                        lag.add_metric([part.topic, str(part.partition), str(replica)],
-                                       max(0, end - follower.log_end_offset))
+        for part in sorted(rm.partitions.values(), key=lambda p: p.key):
+            if not part.is_leader:
+                continue
+            end = part.log.log_end_offset
+            for replica, follower in sorted(part.followers.items()):
+                if follower.log_end_offset >= 0:  # unknown until the follower's first fetch here
+                    lag.add_metric([part.topic, str(part.partition), str(replica)],
+                                   max(0, end - follower.log_end_offset))
         yield GaugeMetricFamily("strom_replica_manager_under_replicated_partitions",
                                 "Partitions led here whose ISR is smaller than their replica set "
                                 "(kafka.server ReplicaManager UnderReplicatedPartitions).", value=under)

@@ -467,7 +467,7 @@ def coordinates_every_transaction(broker: Broker) -> bool:
     coord = _txn_coordinator(broker)
     if coord is None:
         return False
-    if broker.replicas is None:
+    if broker.cluster is None:
         return True
     return set(coord.leadership.owned) >= set(range(coord.num_partitions))
 

@@ -14,10 +14,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from strom.cluster.controller import Controller
+from strom.cluster.metadata import ClusterEvent
 from strom.cluster.zk_credentials import ZkCredentialStore
 from strom.cluster.zk_layout import BrokerRegistration
-from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
-from strom.replication.replica_manager import ReplicaManager
+from strom.cluster.zk_store import ZkMetadataStore
 
 if TYPE_CHECKING:
     from strom.broker.server import Broker
@@ -34,7 +34,6 @@ class ClusterNode:
                                      cfg.zookeeper_connection_timeout_ms, cfg.broker_id)
         self.credentials = ZkCredentialStore(self.store.zk)  # SCRAM users, cluster-wide
         self.controller: Controller | None = None
-        self.replicas: ReplicaManager | None = None
 
     async def connect(self) -> None:
         from strom.broker.config_admin import load_persisted
@@ -50,10 +49,8 @@ class ClusterNode:
         self.store.listeners.append(self._on_event)
         log.info("connected to ZooKeeper at %s (cluster id %s)", self.store.connect_string, self.store.cluster_id)
 
-    def take_up_partitions(self) -> None:
+    def start_controller(self) -> None:
         broker = self.broker
-        self.replicas = broker.replicas = ReplicaManager(broker, self.store)
-        self.replicas.start()
         cfg = broker.config
         self.controller = Controller(self.store, cfg.broker_id, self._unclean_allowed, broker.spawn)
         self.controller.auto_rebalance = cfg.auto_leader_rebalance_enable
@@ -83,8 +80,7 @@ class ClusterNode:
     async def _controlled_shutdown(self, timeout_s: float = 15.0) -> None:
         """Ask the controller to move this broker's leaderships, and serve until they have moved
         (or the time is up): clients see NOT_LEADER_OR_FOLLOWER and move on, nothing times out."""
-        assert self.replicas is not None
-        replicas = self.replicas
+        replicas = self.broker.replica_manager
         started = asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(self.store.run(self.store.request_controlled_shutdown), 5)
@@ -140,7 +136,7 @@ class ClusterNode:
 
     async def shutdown(self) -> None:
         store = self.store
-        if self.broker.config.controlled_shutdown_enable and self.replicas is not None:
+        if self.broker.config.controlled_shutdown_enable and self.controller is not None:
             await self._controlled_shutdown()
         try:
             await asyncio.wait_for(store.run(store.deregister), 5)
@@ -148,6 +144,4 @@ class ClusterNode:
             log.warning("could not deregister from ZooKeeper: %s", e)
         if self.controller is not None:
             await self.controller.stop()
-        if self.replicas is not None:
-            await self.replicas.stop()
         await store.run(store.close)

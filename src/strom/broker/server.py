@@ -18,13 +18,15 @@ from strom.broker.connection_quotas import ConnectionQuotas
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
-from strom.broker.purgatory import Purgatory
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import write_markers
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
+from strom.cluster.one_node import OneNodeStates
 from strom.coordinator.runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
+from strom.replication.purgatory import Purgatory
+from strom.replication.replica_manager import ReplicaManager, ReplicaStates
 from strom.security import listener as listener_security
 from strom.security.client import inter_broker as inter_broker_client
 from strom.security.credentials import CredentialStore, FileCredentialStore
@@ -34,7 +36,6 @@ from strom.storage.log_manager import LogManager
 if TYPE_CHECKING:
     from strom.broker.cluster_node import ClusterNode
     from strom.config import BrokerConfig
-    from strom.replication.replica_manager import ReplicaManager
     from strom.storage.log import PartitionLog
 
 log = logging.getLogger("strom.broker")
@@ -64,16 +65,17 @@ class Broker:
         # With zookeeper.connect the broker is one of a cluster (strom.cluster.node); alone it keeps
         # its metadata in a file in the first log dir.
         self.cluster: ClusterNode | None = None
-        self.replicas: ReplicaManager | None = None
         self.metadata: MetadataStore
+        states: ReplicaStates  # the partition states replication acts on
         if config.zookeeper_connect:
             from strom.broker.cluster_node import ClusterNode
 
             self.cluster = ClusterNode(self)
-            self.metadata = self.cluster.store
+            self.metadata = states = self.cluster.store
         else:
-            self.metadata = LocalMetadataStore(log_dirs[0])
+            local = self.metadata = LocalMetadataStore(log_dirs[0])
             self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
+            states = OneNodeStates(local, config.broker_id)  # one broker: a one-node cluster
         self.credentials: CredentialStore = (self.cluster.credentials if self.cluster is not None
                                              else FileCredentialStore(log_dirs[0]))
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
@@ -82,12 +84,18 @@ class Broker:
         self.config_admin = ConfigAdmin(self)
         self.acls = AclManager(self)  # authorizer.class.name: who may do what (strom.security.acl)
         self.quotas = QuotaManager(self)  # client quotas: throttling (strom.security.quotas)
+        self.metrics = BrokerMetrics()
+        # The leader's side of every write, and in a cluster the followers' fetchers.
+        self.replica_manager = ReplicaManager(
+            config.broker_id, states, self.log_manager, self.purgatory,
+            config=lambda: self.config, spawn=self.spawn, inter_broker_security=self.inter_broker_security,
+            topic_log_config=self.topics.log_config, on_topic_config=self.config_admin.apply_topic,
+            on_client_append=self.metrics.produced)
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
         self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
-        self.metrics = BrokerMetrics()
         self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -144,8 +152,9 @@ class Broker:
         await self.quotas.start()
         await loop.run_in_executor(None, self.log_manager.startup)
         self.topics.reconcile()
+        self.replica_manager.start()  # leads or follows every partition assigned here
         if self.cluster is not None:
-            self.cluster.take_up_partitions()
+            self.cluster.start_controller()
         self.group_coordinator = GroupCoordinatorRuntime(self)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
         self.txn_coordinator = TransactionCoordinatorRuntime(self, functools.partial(write_markers, self))
@@ -173,11 +182,7 @@ class Broker:
     def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1) -> tuple[PartitionLog | None, int, int]:
         """(log, error, leader epoch) of a partition this broker leads; (None, Kafka's error, -1)
         when it does not (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, a fenced epoch)."""
-        if self.replicas is None:
-            plog = self.log_manager.get_log(topic, partition)
-            return (plog, 0, 0) if plog is not None else (None, 3, -1)
-        part, error = self.replicas.leader_partition(topic, partition, current_leader_epoch)
-        return (part.log, 0, part.leader_epoch) if part is not None else (None, error, -1)
+        return self.replica_manager.leader_log(topic, partition, current_leader_epoch)
 
     def node_for(self, listener: str) -> BrokerInfo:
         """This broker as a client on ``listener`` reaches it (the first advertised listener when
@@ -240,7 +245,8 @@ class Broker:
     async def stop(self) -> None:
         log.info("strom broker %d shutting down", self.config.broker_id)
         if self.cluster is not None:
-            await self.cluster.shutdown()  # leaves the cluster first: leaders move, fetchers stop
+            await self.cluster.shutdown()  # leaves the cluster first: leaders move
+        await self.replica_manager.stop()  # fetchers stop
         self._unbind()
         for conn in list(self.connections):
             if conn.transport is not None:

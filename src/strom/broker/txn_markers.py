@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
-from strom.coordinator.runtime_io import Wait, append_batch, wait_replicated
+from strom.coordinator.runtime_io import Wait, append_batch
 from strom.protocol.errors import ErrorCode as E
 from strom.records.control import build_marker_batch
 from strom.storage.log import wall_clock_ms
@@ -43,7 +43,7 @@ async def append_markers(broker: Broker, producer_id: int, producer_epoch: int, 
             results[tp] = E(error)
             continue
         try:
-            _plog, wait = append_batch(broker, topic, partition, batch)
+            _plog, wait = append_batch(broker, topic, partition, batch, _REQUEST_TIMEOUT_S)
         except Exception as e:  # a full disk, a closed log: the coordinator retries
             log.warning("could not write a marker to %s-%d: %s", topic, partition, e)
             results[tp] = E.kafka_storage_error
@@ -56,9 +56,9 @@ async def append_markers(broker: Broker, producer_id: int, producer_epoch: int, 
             if coordinator is not None:
                 coordinator.on_txn_marker(partition, producer_id, commit)
     if waits:
-        error = await wait_replicated(broker, [w for _, w in waits], _REQUEST_TIMEOUT_S)
-        if error is not E.none:
-            for tp, (_part, _end, result) in waits:
+        done = await asyncio.gather(*(wait for _, wait in waits))
+        for (tp, _), written in zip(waits, done, strict=True):
+            for result in written:
                 if result["error_code"] != E.none:
                     results[tp] = E(result["error_code"])
     return results

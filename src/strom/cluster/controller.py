@@ -24,8 +24,9 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from strom.cluster import zk_layout as zl
+from strom.cluster.metadata import ClusterEvent
 from strom.cluster.zk_layout import PartitionState
-from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
+from strom.cluster.zk_store import ZkMetadataStore
 from strom.protocol.errors import ErrorCode as E
 
 log = logging.getLogger("strom.controller")

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,6 +57,17 @@ class TopicInfo:
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     internal: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """What changed in the cluster metadata: "brokers", "controller", "topic" (assignment), "state", "topic_config",
+    "broker_config", "delete_topics" (a deletion was requested), "controlled_shutdown" (a broker
+    asks to hand its leaderships away), "session" (a new ZooKeeper session: ephemeral nodes are gone)."""
+
+    kind: str
+    topic: str | None = None
+    partition: int | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,9 @@ class LocalMetadataStore(TopicLookups):
         # Dynamic broker configs by resource name: "" = cluster-wide defaults, "<broker.id>" = one broker.
         self._broker_configs: dict[str, dict[str, str]] = {}
         self.cluster_id = ""
+        # Told of every topic change, as the ZooKeeper store tells its listeners: the replica
+        # manager of a one-node cluster follows the topics through them (cluster.one_node).
+        self.listeners: list[Callable[[ClusterEvent], None]] = []
         directory.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -147,6 +162,7 @@ class LocalMetadataStore(TopicLookups):
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         self._save()
+        self._tell(ClusterEvent("topic", name))
         return info
 
     def delete_topic(self, name: str) -> None:
@@ -154,14 +170,20 @@ class LocalMetadataStore(TopicLookups):
         if info is not None:
             self._by_id.pop(info.topic_id, None)
             self._save()
+            self._tell(ClusterEvent("topic", name))
 
     def set_partition_count(self, name: str, partitions: int) -> None:
         self._topics[name].partitions = partitions
         self._save()
+        self._tell(ClusterEvent("topic", name))
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         self._topics[name].configs = dict(configs)
-        self._save()
+        self._save()  # ConfigAdmin applies the change itself: no other broker makes one
+
+    def _tell(self, event: ClusterEvent) -> None:
+        for listener in list(self.listeners):
+            listener(event)
 
     def broker_configs(self, resource_name: str) -> dict[str, str]:
         """Dynamic broker configs of a BROKER resource ("" for the cluster-wide defaults)."""

@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
@@ -35,6 +34,7 @@ from kazoo.retry import KazooRetry
 
 from strom.cluster import zk_layout as zl
 from strom.cluster.metadata import (
+    ClusterEvent,
     TopicInfo,
     TopicLookups,
     ZooKeeperUnavailable,
@@ -57,17 +57,6 @@ def _lost_is_unavailable() -> Iterator[None]:
         yield
     except (ConnectionLoss, SessionExpiredError) as e:
         raise ZooKeeperUnavailable(f"lost the ZooKeeper connection ({type(e).__name__})") from e
-
-
-@dataclass(frozen=True)
-class ClusterEvent:
-    """What changed: "brokers", "controller", "topic" (assignment), "state", "topic_config",
-    "broker_config", "delete_topics" (a deletion was requested), "controlled_shutdown" (a broker
-    asks to hand its leaderships away), "session" (a new ZooKeeper session: ephemeral nodes are gone)."""
-
-    kind: str
-    topic: str | None = None
-    partition: int | None = None
 
 
 def split_connect(connect: str) -> tuple[str, str]:

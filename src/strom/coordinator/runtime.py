@@ -99,8 +99,7 @@ class GroupCoordinatorRuntime:
     async def start(self) -> None:
         started = time.monotonic()
         records = 0
-        replicas = self.broker.replicas
-        if replicas is not None:
+        if self.broker.cluster is not None:
             self.leadership.follow()
         else:
             topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
@@ -156,7 +155,7 @@ class GroupCoordinatorRuntime:
         """NONE when this broker coordinates the group now; else what to tell the client."""
         if not self.loaded:
             return E.coordinator_not_available
-        if self.broker.replicas is None:
+        if self.broker.cluster is None:
             return E.none
         return self.leadership.error_for(self.partition_for(group_id))
 
@@ -202,7 +201,7 @@ class GroupCoordinatorRuntime:
         segment_bytes = getattr(cfg, "offsets_topic_segment_bytes", None)
         if segment_bytes:
             configs["segment.bytes"] = str(segment_bytes)
-        rf = int(getattr(cfg, "offsets_topic_replication_factor", 1)) if self.broker.replicas is not None else 1
+        rf = int(getattr(cfg, "offsets_topic_replication_factor", 1)) if self.broker.cluster is not None else 1
         return self.broker.topics.ensure_internal(GROUP_METADATA_TOPIC_NAME, self.num_partitions, rf, configs)
 
     # ------------------------------------------------------------------ running operations
@@ -258,7 +257,8 @@ class GroupCoordinatorRuntime:
             buf = bytearray(codec.build_batch([(r.key, r.value) for r in recs], timestamp_ms=now, producer_id=pid,
                                               producer_epoch=epoch,
                                               attributes_extra=rb.TRANSACTIONAL_MASK if pid >= 0 else 0))
-            plog, wait = append_batch(self.broker, GROUP_METADATA_TOPIC_NAME, partition, buf)
+            plog, wait = append_batch(self.broker, GROUP_METADATA_TOPIC_NAME, partition, buf,
+                                      self.broker.config.offsets_commit_timeout_ms / 1000)
             if plog.needs_flush():
                 to_flush.append(plog)
             if wait is not None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
+from strom.replication.leader_append import AppendOrigin
 
 if TYPE_CHECKING:
     from strom.storage.log import PartitionLog
@@ -20,8 +21,8 @@ log = logging.getLogger("strom.coordinator")
 
 _LOAD_CHUNK_BYTES = 1 << 20
 
-# (partition, end offset, result dict) for ReplicaManager.wait_for_acks
-Wait = tuple[Any, int, dict[str, Any]]
+# A write's completion: its results once the ISR has it (ReplicaManager.append_records).
+Wait = Awaitable[list[dict[str, Any]]]
 
 
 def complete_batches(data: bytes) -> list[rb.BatchHeader]:
@@ -56,26 +57,15 @@ async def replay_partition(plog: PartitionLog, on_batch: Callable[[bytes, rb.Bat
         offset = next_offset
 
 
-def append_batch(broker: Any, topic: str, partition: int, buf: bytearray) -> tuple[PartitionLog, Wait | None]:
+def append_batch(broker: Any, topic: str, partition: int, buf: bytearray,
+                 timeout_s: float = 5.0) -> tuple[PartitionLog, Wait | None]:
     """Append one batch to a partition this broker leads (RuntimeError if it does not). Returns the
-    log and, in a cluster, what to wait for before the write counts."""
-    replicas = broker.replicas
-    part = None
-    epoch = 0
-    if replicas is None:
-        plog = broker.log_manager.get_log(topic, partition)
-    else:
-        part, _ = replicas.leader_partition(topic, partition)
-        plog = part.log if part is not None else None
-        epoch = part.leader_epoch if part is not None else 0
+    log and what to wait for before the write counts (the ISR has it)."""
+    plog, _error, _epoch = broker.replica_manager.leader_log(topic, partition)
     if plog is None:
         raise RuntimeError(f"this broker does not lead {topic}-{partition}")
-    plog.append(buf, rb.iter_batches(buf), leader_epoch=epoch)
-    broker.purgatory.notify((topic, partition))
-    if part is None:
-        return plog, None
-    replicas.appended(part)
-    return plog, (part, plog.log_end_offset, {"error_code": E.none})
+    outcome = broker.replica_manager.append_records(-1, timeout_s, [(topic, partition, buf)], AppendOrigin.COORDINATOR)
+    return plog, outcome if not isinstance(outcome, list) else None
 
 
 async def wait_replicated(broker: Any, waits: list[Wait], timeout_s: float) -> E:
@@ -83,8 +73,7 @@ async def wait_replicated(broker: Any, waits: list[Wait], timeout_s: float) -> E
     NOT_COORDINATOR, the rest COORDINATOR_NOT_AVAILABLE."""
     if not waits:
         return E.none
-    await broker.replicas.wait_for_acks(waits, timeout_s, {})
-    errors = {result["error_code"] for _, _, result in waits} - {E.none}
+    errors = {result["error_code"] for wait in waits for result in await wait} - {E.none}
     if not errors:
         return E.none
     return E.not_coordinator if E.not_leader_or_follower in errors else E.coordinator_not_available
@@ -116,7 +105,7 @@ class Leadership:
 
     def follow(self) -> None:
         """Load what this broker leads now, and follow leadership from here on."""
-        replicas = self.broker.replicas
+        replicas = self.broker.replica_manager
         replicas.leadership_listeners.append(self.changed)
         for part in list(replicas.partitions.values()):
             if part.topic == self.topic and part.is_leader:

@@ -100,7 +100,7 @@ class TransactionCoordinatorRuntime:
         """NONE when this broker coordinates the transactional id now; else what to tell the client."""
         if not self.loaded:
             return E.coordinator_not_available
-        if self.broker.replicas is None:
+        if self.broker.cluster is None:
             return E.none
         return self.leadership.error_for(self.partition_for(transactional_id))
 
@@ -114,14 +114,13 @@ class TransactionCoordinatorRuntime:
         configs = {"cleanup.policy": "compact",
                    "min.insync.replicas": str(getattr(cfg, "transaction_state_log_min_isr", 1)),
                    "segment.bytes": str(getattr(cfg, "transaction_state_log_segment_bytes", 104857600))}
-        rf = int(getattr(cfg, "transaction_state_log_replication_factor", 1)) if self.broker.replicas is not None else 1
+        rf = int(getattr(cfg, "transaction_state_log_replication_factor", 1)) if self.broker.cluster is not None else 1
         return self.broker.topics.ensure_internal(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, rf, configs)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        replicas = self.broker.replicas
-        if replicas is not None:
+        if self.broker.cluster is not None:
             self.leadership.follow()
         else:
             topic = self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME)
@@ -224,7 +223,7 @@ class TransactionCoordinatorRuntime:
                 await flush_logs([plog])
         except Exception as e:
             log.error("could not write to %s-%d: %s", TRANSACTION_STATE_TOPIC_NAME, partition, e)
-            error = E.not_coordinator if self.broker.replicas is not None else E.coordinator_not_available
+            error = E.not_coordinator if self.broker.cluster is not None else E.coordinator_not_available
         if error is not E.none:
             self.shard.write_failed(transactional_id)
             return error

@@ -16,8 +16,9 @@ import asyncio
 import datetime
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.fetch.v11 import request as fetch_req
 from kio.schema.offset_for_leader_epoch.v3 import request as ofle_req
@@ -30,8 +31,10 @@ from strom.records.batch import InvalidRecordBatch, iter_batches, whole_batches_
 from strom.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 if TYPE_CHECKING:
+    from strom.cluster.zk_layout import BrokerRegistration
+    from strom.config import BrokerConfig
     from strom.replication.partition import Partition
-    from strom.replication.replica_manager import ReplicaManager
+    from strom.security.client import ClientSecurity
 
 log = logging.getLogger("strom.replication")
 
@@ -62,15 +65,28 @@ class _Fetching:
     added_at: float = 0.0  # time.monotonic() when it came to this fetcher
 
 
+class FetcherHost(Protocol):
+    """What a fetcher needs of the broker it runs in (the replica manager provides it)."""
+
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def config(self) -> BrokerConfig: ...  # the current one: replica.fetch.* may change
+    @property
+    def inter_broker_security(self) -> ClientSecurity: ...
+    def registration(self, broker_id: int) -> BrokerRegistration | None: ...
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]: ...
+
+
 class ReplicaFetcher:
-    def __init__(self, manager: ReplicaManager, leader_id: int, fetcher_id: int = 0) -> None:
+    def __init__(self, manager: FetcherHost, leader_id: int, fetcher_id: int = 0) -> None:
         self.manager = manager
         self.leader_id = leader_id
         self.fetcher_id = fetcher_id  # which of num.replica.fetchers for this leader
         self.partitions: dict[tuple[str, int], _Fetching] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
-        cfg = manager.broker.config
+        cfg = manager.config
         self.backoff_s = max(cfg.replica_fetch_backoff_ms, 10) / 1000
         self.not_ready_s = min(self.backoff_s, _LEADER_NOT_READY_RETRY_S)
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
@@ -84,7 +100,7 @@ class ReplicaFetcher:
         self._stopping = False
 
     def start(self) -> None:
-        self._task = self.manager.broker.spawn(self._run())
+        self._task = self.manager.spawn(self._run())
 
     async def stop(self) -> None:
         # Not the cancel alone: on Python 3.11 asyncio.wait_for (under every request) drops a
@@ -187,13 +203,13 @@ class ReplicaFetcher:
 
     def _connection(self) -> BrokerConnection:
         manager = self.manager
-        reg = manager.store.brokers.get(self.leader_id)
+        reg = manager.registration(self.leader_id)
         if reg is None:
             raise LookupError(f"broker {self.leader_id} is not registered")
-        listener = manager.broker.config.inter_broker_listener_name or ""
+        listener = manager.config.inter_broker_listener_name or ""
         endpoint = reg.address_for(listener)
         return BrokerConnection(endpoint[0], endpoint[1], f"strom-replica-{manager.broker_id}-{self.fetcher_id}",
-                                self.socket_timeout_s, manager.broker.inter_broker_security)
+                                self.socket_timeout_s, manager.inter_broker_security)
 
     def _error_backoff(self, f: _Fetching, error_code: int) -> float:
         if error_code in _LEADER_NOT_READY and time.monotonic() - f.added_at < self.backoff_s:
@@ -257,7 +273,7 @@ class ReplicaFetcher:
         ready = [f for f in self.partitions.values() if f.truncated and f.delayed_until <= now]
         if not ready:
             return False
-        cfg = self.manager.broker.config
+        cfg = self.manager.config
         by_topic: dict[str, list[_Fetching]] = {}
         for f in ready:
             by_topic.setdefault(f.part.topic, []).append(f)

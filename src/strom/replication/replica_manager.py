@@ -1,10 +1,15 @@
-"""ReplicaManager: which partitions this broker leads or follows, and what that means for
-produce, fetch and acks (Kafka's ReplicaManager, ZooKeeper mode).
+"""ReplicaManager: which partitions this broker leads or follows, and the leader's side of every
+write (Kafka's ReplicaManager and Partition.appendRecordsToLeader).
 
-It acts on the partition states ZooKeeper holds (the store's watches bring every change): a state
-naming this broker leader makes it the leader at that epoch (the epoch enters the leader epoch
-cache at the log end); any other state makes it a follower of the named leader, fetching through
-one ReplicaFetcher per leader. Handlers ask it who leads; the produce path waits here for acks=all.
+It acts on the partition states the cluster holds (``ReplicaStates``: ZooKeeper's, whose watches
+bring every change, or for a broker on its own cluster.one_node's, where every partition is led
+here at epoch 0 with an ISR of one). A state naming this broker leader makes it the leader at that
+epoch (the epoch enters the leader epoch cache at the log end); any other state makes it a follower
+of the named leader, fetching through one ReplicaFetcher per leader.
+
+Handlers make one call down for a write (``append_records``): the min.insync.replicas check, the
+append, the high watermark step, the wake-up of waiting fetches, the group commit and, for
+acks=all, the wait for the ISR happen here, and the call completes with each partition's result.
 """
 
 from __future__ import annotations
@@ -13,22 +18,36 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from strom.cluster.zk_layout import PartitionState
-from strom.cluster.zk_store import ClusterEvent, ZkMetadataStore
 from strom.protocol.errors import ErrorCode as E
 from strom.replication.fetcher import ReplicaFetcher
+from strom.replication.leader_append import (
+    AppendOrigin,
+    append_client_batches,
+    append_own_batches,
+    partition_result,
+)
 from strom.replication.partition import Partition
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
-    from strom.storage.log import PartitionLog
+    from strom.cluster.metadata import ClusterEvent, TopicInfo
+    from strom.cluster.zk_layout import BrokerRegistration, TopicAssignment
+    from strom.config import BrokerConfig
+    from strom.records.batch import BatchHeader
+    from strom.replication.purgatory import Purgatory
+    from strom.security.client import ClientSecurity
+    from strom.storage.log import LogConfig, PartitionLog
+    from strom.storage.log_manager import LogManager
 
 log = logging.getLogger("strom.replication")
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
+# (partition, index in the request, records): what append_records writes.
+AppendEntry = tuple[str, int, "bytes | bytearray | memoryview | None"]
 
 
 def now_ms() -> int:
@@ -41,11 +60,43 @@ def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
     return (zlib.crc32(topic.encode()) * 31 + partition) % fetchers
 
 
+class ReplicaStates(Protocol):
+    """The cluster's view of partitions that the replica manager acts on: the ZooKeeper store in a
+    cluster, cluster.one_node.OneNodeStates for a broker on its own."""
+
+    @property
+    def assignments(self) -> Mapping[str, TopicAssignment]: ...
+    @property
+    def brokers(self) -> Mapping[int, BrokerRegistration | None]: ...  # registered (live) brokers
+    @property
+    def shutting_down(self) -> Container[int]: ...  # brokers in a controlled shutdown
+    @property
+    def listeners(self) -> list[Callable[[ClusterEvent], None]]: ...
+    def get_topic(self, name: str) -> TopicInfo | None: ...
+    def state(self, topic: str, partition: int) -> PartitionState | None: ...
+    def update_isr(self, topic: str, partition: int, new: PartitionState) -> PartitionState | None: ...
+    async def run(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker: Broker, store: ZkMetadataStore) -> None:
-        self.broker = broker
+    def __init__(self, broker_id: int, store: ReplicaStates, logs: LogManager, purgatory: Purgatory, *,
+                 config: Callable[[], BrokerConfig], spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]],
+                 inter_broker_security: ClientSecurity, topic_log_config: Callable[[TopicInfo], LogConfig],
+                 on_topic_config: Callable[[str], None],
+                 on_client_append: Callable[[str, int, list[BatchHeader]], None]) -> None:
+        """``config`` returns the broker's current config; ``topic_log_config`` a topic's log
+        config; ``on_topic_config`` applies a topic's changed configs; ``on_client_append`` counts
+        what clients wrote (topic, bytes, batches)."""
+        self.broker_id = broker_id
         self.store = store
-        self.broker_id = broker.config.broker_id
+        self.logs = logs
+        self.purgatory = purgatory
+        self._config = config
+        self._spawn = spawn
+        self.inter_broker_security = inter_broker_security
+        self._topic_log_config = topic_log_config
+        self._on_topic_config = on_topic_config
+        self._on_client_append = on_client_append
         self.partitions: dict[TopicPartition, Partition] = {}
         # (leader broker, fetcher index): num.replica.fetchers per leader, partitions spread by hash.
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -57,6 +108,18 @@ class ReplicaManager:
         self.leadership_listeners: list[Callable[[str, int, int], None]] = []
         store.listeners.append(self._on_event)
 
+    # ---- what fetchers use (replication.fetcher.FetcherHost) ---------------------------------------
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._config()
+
+    def registration(self, broker_id: int) -> BrokerRegistration | None:
+        return self.store.brokers.get(broker_id)
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        return self._spawn(coro)
+
     # ---- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -64,7 +127,7 @@ class ReplicaManager:
         for topic, assignment in list(self.store.assignments.items()):
             for p in assignment.replicas:
                 self._apply(topic, p)
-        self._shrink_task = self.broker.spawn(self._isr_shrink_loop())
+        self._shrink_task = self.spawn(self._isr_shrink_loop())
 
     async def stop(self) -> None:
         for fetcher in list(self.fetchers.values()):
@@ -86,7 +149,7 @@ class ReplicaManager:
                 for p in assignment.replicas:
                     self._apply(event.topic, p)
         elif event.kind == "topic_config" and event.topic is not None:
-            self.broker.config_admin.apply_topic(event.topic)
+            self._on_topic_config(event.topic)
 
     def _apply(self, topic: str, p: int) -> None:
         store = self.store
@@ -125,17 +188,17 @@ class ReplicaManager:
                 if old.leader == self.broker_id:
                     self._tell_leadership(part, -1)
                 self._become_follower(part, state)
-        self.broker.purgatory.notify(key)  # waiting acks and fetches look again
+        self.purgatory.notify(key)  # waiting acks and fetches look again
 
     def _log_for(self, topic: str, p: int, topic_id: Any) -> PartitionLog:
-        lm = self.broker.log_manager
+        lm = self.logs
         plog = lm.get_log(topic, p)
         info = self.store.get_topic(topic)
         if plog is None:
-            cfg = self.broker.topics.log_config(info) if info is not None else None
+            cfg = self._topic_log_config(info) if info is not None else None
             plog = lm.create_logs(topic, [p], topic_id, cfg)[0]
-            if info is not None:
-                plog.config = self.broker.topics.log_config(info)
+            if cfg is not None:
+                plog.config = cfg
         if not plog.replicated:
             plog.replicated = True
             # The high watermark survives restarts in replication-offset-checkpoint, never past the log end.
@@ -167,7 +230,7 @@ class ReplicaManager:
         if state.leader < 0:
             log.info("%s-%d: offline (no leader) at epoch %d", part.topic, part.partition, state.leader_epoch)
             return
-        key = (state.leader, fetcher_index(part.topic, part.partition, self.broker.config.num_replica_fetchers))
+        key = (state.leader, fetcher_index(part.topic, part.partition, self.config.num_replica_fetchers))
         fetcher = self.fetchers.get(key)
         if fetcher is None:
             fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
@@ -181,11 +244,11 @@ class ReplicaManager:
             fetcher.remove(part.key)
 
     def _delete_replica(self, topic: str, p: int) -> None:
-        lm = self.broker.log_manager
+        lm = self.logs
         if lm.get_log(topic, p) is None:
             return
         path = lm.delete_partition(topic, p)
-        self.broker.spawn(asyncio.get_running_loop().run_in_executor(None, lm.remove_dirs, [path]))
+        self.spawn(asyncio.get_running_loop().run_in_executor(None, lm.remove_dirs, [path]))
         log.info("%s-%d: replica removed from this broker", topic, p)
 
     def _topic_gone(self, topic: str) -> None:
@@ -195,12 +258,12 @@ class ReplicaManager:
             self._stop_following(part)
             if part.is_leader:
                 self._tell_leadership(part, -1)
-            self.broker.purgatory.notify(key)
-        lm = self.broker.log_manager
+            self.purgatory.notify(key)
+        lm = self.logs
         if any(plog.topic == topic for plog in lm.all_logs()):
             paths = lm.schedule_delete(topic)
             loop = asyncio.get_running_loop()
-            self.broker.spawn(loop.run_in_executor(None, lm.remove_dirs, paths))
+            self.spawn(loop.run_in_executor(None, lm.remove_dirs, paths))
             log.info("deleted the logs of topic %s", topic)
 
     # ---- for handlers ----------------------------------------------------------------------------
@@ -224,25 +287,84 @@ class ReplicaManager:
                 return None, E.unknown_leader_epoch
         return part, E.none
 
+    def leader_log(self, topic: str, p: int, current_leader_epoch: int = -1) -> tuple[PartitionLog | None, int, int]:
+        """(log, error, leader epoch) of a partition this broker leads; (None, Kafka's error, -1)
+        when it does not (see ``leader_partition``)."""
+        part, error = self.leader_partition(topic, p, current_leader_epoch)
+        return (part.log, E.none, part.leader_epoch) if part is not None else (None, error, -1)
+
+    def append_records(self, acks: int, timeout_s: float, entries: Sequence[AppendEntry],
+                       origin: AppendOrigin = AppendOrigin.CLIENT
+                       ) -> list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]:
+        """Write each entry (topic, partition, batches) as its leader; each partition's Produce
+        response entry, in order. The results come at once when nothing must be waited for, else
+        as an awaitable: the fsync of log.flush.interval.messages (every partition of the call in
+        one go: group commit) and, for acks=all, the ISR (records below the high watermark).
+
+        acks=all needs min.insync.replicas in the ISR before the append (NOT_ENOUGH_REPLICAS) and
+        after it (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as in Kafka; on one broker too. A
+        coordinator's own writes skip that check: they wait for the ISR they have."""
+        results: list[dict[str, Any]] = []
+        to_flush: list[PartitionLog] = []
+        waits: list[tuple[Partition, int, dict[str, Any]]] = []
+        client = origin is AppendOrigin.CLIENT
+        for topic, index, records in entries:
+            part, error = self.leader_partition(topic, index)
+            if part is None:
+                results.append(partition_result(index, error))
+                continue
+            plog = part.log
+            if acks == -1 and client and len(part.state.isr) < plog.config.min_insync_replicas:
+                results.append(partition_result(
+                    index, E.not_enough_replicas,
+                    message=f"ISR {list(part.state.isr)} is smaller than min.insync.replicas="
+                            f"{plog.config.min_insync_replicas}"))
+                continue
+            if client:
+                result, headers = append_client_batches(plog, index, records, part.state.leader_epoch)
+            else:
+                assert records is not None
+                result, headers = append_own_batches(plog, index, records, part.state.leader_epoch)
+            results.append(result)
+            if not headers:  # refused, or a retried batch answered with its first offsets
+                continue
+            if client:
+                self._on_client_append(topic, len(records) if records is not None else 0, headers)
+            if len(part.state.isr) <= 1:
+                part.maybe_advance_high_watermark()  # no other replica to wait for: committed now
+            self.purgatory.notify(part.key)
+            if plog.needs_flush():
+                to_flush.append(plog)
+            if acks == -1:
+                waits.append((part, plog.log_end_offset, result))
+        if not to_flush and not waits:
+            return results
+        return self._complete(results, to_flush, waits, timeout_s, client)
+
+    async def _complete(self, results: list[dict[str, Any]], logs: list[PartitionLog],
+                        waits: list[tuple[Partition, int, dict[str, Any]]], timeout_s: float,
+                        check_min_isr: bool) -> list[dict[str, Any]]:
+        if logs:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in logs))
+        if waits:
+            await self._wait_for_acks(waits, timeout_s, check_min_isr)
+        return results
+
     def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
         """A follower fetched from ``fetch_offset``: its log reaches there. Only a fetch brings a
         follower back into the ISR (as in Kafka): what a dead broker fetched last never does, and
         neither does a broker in a controlled shutdown (the controller just took it out)."""
         if part.update_follower(replica_id, fetch_offset, now_ms(), log_start_offset):
-            self.broker.purgatory.notify(part.key)  # a DeleteRecords may wait for this follower
+            self.purgatory.notify(part.key)  # a DeleteRecords may wait for this follower
         self._after_hw_inputs_changed(part)
         if part.can_join_isr(replica_id) and replica_id in self.store.brokers \
                 and replica_id not in self.store.shutting_down:
             self._change_isr(part, (*part.isr, replica_id), "expand")
 
-    def appended(self, part: Partition) -> None:
-        """The leader appended: with no other replica in the ISR the records are committed now."""
-        if len(part.isr) <= 1:
-            self._after_hw_inputs_changed(part)
-
     def _after_hw_inputs_changed(self, part: Partition) -> None:
         if part.maybe_advance_high_watermark():
-            self.broker.purgatory.notify(part.key)
+            self.purgatory.notify(part.key)
 
     def _change_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
         """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written."""
@@ -271,12 +393,12 @@ class ReplicaManager:
                 self.isr_expands += 1
             part.state = written
             self._after_hw_inputs_changed(part)
-            self.broker.purgatory.notify(part.key)
+            self.purgatory.notify(part.key)
 
-        self.broker.spawn(write())
+        self.spawn(write())
 
     async def _isr_shrink_loop(self) -> None:
-        lag_max = self.broker.config.replica_lag_time_max_ms
+        lag_max = self.config.replica_lag_time_max_ms
         while True:
             await asyncio.sleep(max(lag_max / 2000, 0.05))
             now = now_ms()
@@ -287,11 +409,11 @@ class ReplicaManager:
                 if out:
                     self._change_isr(part, tuple(b for b in part.isr if b not in out), "shrink")
 
-    async def wait_for_acks(self, waits: list[tuple[Partition, int, dict[str, Any]]], timeout_s: float,
-                            min_isr: dict[TopicPartition, int]) -> None:
+    async def _wait_for_acks(self, waits: list[tuple[Partition, int, dict[str, Any]]], timeout_s: float,
+                             check_min_isr: bool) -> None:
         """acks=all: each partition's result waits until its high watermark passes ``end`` (the
         whole ISR has the records). Fills in the error when leadership moves, the ISR fell below
-        min.insync.replicas, or the time runs out."""
+        min.insync.replicas (when ``check_min_isr``), or the time runs out."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         pending = list(waits)
@@ -302,7 +424,7 @@ class ReplicaManager:
                 if current is not part or not part.is_leader:
                     result["error_code"] = E.not_leader_or_follower
                 elif part.log.high_watermark >= end:
-                    if len(part.isr) < min_isr.get(part.key, 1):
+                    if check_min_isr and len(part.isr) < part.log.config.min_insync_replicas:
                         result["error_code"] = E.not_enough_replicas_after_append
                 else:
                     still.append((part, end, result))
@@ -314,7 +436,7 @@ class ReplicaManager:
                 for _, _, result in pending:
                     result["error_code"] = E.request_timed_out
                 return
-            await self.broker.purgatory.wait([p.key for p, _, _ in pending], remaining)
+            await self.purgatory.wait([p.key for p, _, _ in pending], remaining)
 
     async def wait_for_low_watermark(self, part: Partition, offset: int, timeout_s: float) -> tuple[int, int]:
         """DeleteRecords on the leader: wait until every replica on a live broker has moved its log
@@ -330,7 +452,7 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return E.request_timed_out, low
-            await self.broker.purgatory.wait([part.key], remaining)
+            await self.purgatory.wait([part.key], remaining)
 
     # ---- views -----------------------------------------------------------------------------------
 

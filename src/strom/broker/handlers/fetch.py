@@ -3,9 +3,9 @@
 The response holds whole batches read from the segment files; nothing is decoded. When less than
 min_bytes is available the request waits for a produce to one of its partitions (or max_wait).
 
-A fetch that names a replica id (a follower's) is served as one only on the partition's leader in a
-cluster, and only for a broker that is one of the partition's replicas (with an authorizer, it also
-needs CLUSTER_ACTION): a follower fetch reads up to the log end, past the high watermark, moves the
+A fetch that names a replica id (a follower's) is served as one only on the partition's leader, and
+only for a broker that is one of the partition's replicas (with an authorizer, it also needs
+CLUSTER_ACTION): a follower fetch reads up to the log end, past the high watermark, moves the
 high watermark and the ISR, and no client quota applies to it. Anyone else who names a replica id
 gets Kafka's answer for it (Partition.followerReplicaOrThrow) and nothing is read or recorded.
 """
@@ -56,7 +56,7 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
     """One pass over the requested partitions: (response topics, bytes found, whether the response
     is complete at once: an error, or data left out for want of room under ``max_bytes``, and
     whether any partition was served as a follower's)."""
-    replicas = broker.replicas  # None on a single broker: it leads every partition
+    replica_manager = broker.replica_manager
     remaining = max_bytes
     total = 0
     complete = followed = False
@@ -78,14 +78,8 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
             if name is None:
                 plog = None
                 entry["error_code"] = E.unknown_topic_id if version >= TOPIC_ID_VERSION else E.unknown_topic_or_partition
-            elif replicas is None:
-                plog = broker.log_manager.get_log(name, p.partition)
-                if plog is None:
-                    entry["error_code"] = E.unknown_topic_or_partition
-                elif replica_id >= 0:  # one broker has no followers: whoever names one is not it
-                    plog, entry["error_code"] = None, _not_a_replica(p)
             else:
-                part, entry["error_code"] = replicas.leader_partition(
+                part, entry["error_code"] = replica_manager.leader_partition(
                     name, p.partition, getattr(p, "current_leader_epoch", -1))
                 plog = part.log if part is not None else None
                 if part is not None and replica_id >= 0:
@@ -94,7 +88,7 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                         plog, entry["error_code"] = None, _not_a_replica(p)
                     elif p.fetch_offset <= part.log.log_end_offset:
                         # A follower: its fetch offset is its log end; it copies up to ours.
-                        replicas.follower_fetched(part, replica_id, p.fetch_offset,
+                        replica_manager.follower_fetched(part, replica_id, p.fetch_offset,
                                                   getattr(p, "log_start_offset", -1))
                         max_offset = part.log.log_end_offset
                         followed = True

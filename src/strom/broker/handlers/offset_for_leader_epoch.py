@@ -41,13 +41,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
             if plog is None:
                 parts.append({"error_code": error, "partition": p.partition, "leader_epoch": -1, "end_offset": -1})
                 continue
-            cache = plog.leader_epoch_cache
-            if not cache.entries and broker.replicas is None and p.leader_epoch >= 0:
-                # A single broker leads at epoch 0 from the start, written or not (a cluster leader
-                # enters its epoch in the cache when it takes over).
-                epoch, end = 0, plog.log_end_offset
-            else:
-                epoch, end = cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
+            # The leader entered its epoch in the cache when it took over (on one broker too).
+            epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
             parts.append({"error_code": 0, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
         topics.append({"topic": t.topic, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -1,7 +1,9 @@
-"""Delayed operations waiting on partitions (fetch long-poll now; acks=all waits in a cluster later).
+"""Delayed operations waiting on partitions (Kafka's purgatories): a fetch's long poll, an
+acks=all produce waiting for the ISR, a DeleteRecords waiting for the replicas' log starts.
 
-A waiter registers for a set of partition keys and is woken as soon as any of them changes, so a
-long-polling consumer sees new data within milliseconds instead of at the end of fetch.max.wait.ms.
+A waiter registers for a set of partition keys and is woken as soon as any of them changes (an
+append, a high watermark step, a leadership or ISR change), so a long-polling consumer sees new
+data within milliseconds instead of at the end of fetch.max.wait.ms.
 """
 
 from __future__ import annotations
