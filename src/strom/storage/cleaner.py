@@ -58,7 +58,8 @@ from strom.records.filter import (
     filter_batch,
     parse_records,
 )
-from strom.storage.checkpoint import OffsetCheckpointFile, fsync_dir
+from strom.storage.atomic import fsync_dir
+from strom.storage.checkpoint import OffsetCheckpointFile
 from strom.storage.segment import LOG_SUFFIX, LogSegment, file_name, iter_headers
 from strom.storage.swap import CLEANED_SUFFIX
 from strom.storage.txn_index import AbortedTxn

@@ -31,7 +31,7 @@ from strom.records.batch import (
 )
 from strom.records.codec import iter_timestamps, max_inflated_size
 from strom.records.control import Marker, read_marker
-from strom.storage.checkpoint import fsync_dir, fsync_path
+from strom.storage.atomic import fsync_dir, fsync_path
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
 from strom.storage.leader_epoch import LeaderEpochFileCache
 from strom.storage.producer_state import ProducerStateManager

@@ -20,12 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strom.storage.atomic import fsync_dir, write_atomic
 from strom.storage.checkpoint import (
     OffsetCheckpointFile,
     PartitionMetadataFile,
-    fsync_dir,
     read_properties,
-    write_atomic,
     write_properties,
 )
 from strom.storage.errors import InconsistentMetadata
