@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from aiohttp import web
 
 from strom.admin import login, snapshot
 from strom.broker.topics import TopicError
+from strom.clock import now_ms
 from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
 
@@ -237,15 +237,11 @@ async def get_group(request: web.Request, broker: Broker) -> web.StreamResponse:
     return web.json_response(view)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @endpoint()
 async def list_transactions(request: web.Request, broker: Broker) -> web.StreamResponse:
     """As ListTransactions (ids the principal may DESCRIBE) plus hanging transactions on topics it
     may READ (what DescribeProducers needs, which kafka-transactions.sh find-hanging uses)."""
-    now = _now_ms()
+    now = now_ms()
     txns = snapshot.transactions(broker, now)
     shown = _visible(request, ResourceType.TRANSACTIONAL_ID, [t["transactional_id"] for t in txns])
     hanging = snapshot.hanging_transactions(broker, now)
@@ -269,7 +265,7 @@ async def list_transactions(request: web.Request, broker: Broker) -> web.StreamR
 @endpoint(acl=(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "transactional_id"))
 async def get_transaction(request: web.Request, broker: Broker) -> web.StreamResponse:
     txn_id = request.match_info["transactional_id"]
-    view = snapshot.transaction(broker, txn_id, _now_ms())
+    view = snapshot.transaction(broker, txn_id, now_ms())
     if view is None:
         return _error(404, f"transactional id '{txn_id}' is not coordinated here or does not exist", 105)
     return web.json_response(view)
@@ -281,7 +277,7 @@ async def topic_producers(request: web.Request, broker: Broker) -> web.StreamRes
     partitions = snapshot.producers_view(broker, topic)
     if partitions is None:
         return _error(404, f"topic '{topic}' does not exist", 3)
-    return web.json_response({"topic": topic, "partitions": partitions, "time": _now_ms()})
+    return web.json_response({"topic": topic, "partitions": partitions, "time": now_ms()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -22,6 +22,7 @@ from strom.broker.purgatory import Purgatory
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import write_markers
+from strom.clock import now_ms
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.coordinator.runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
@@ -38,10 +39,6 @@ if TYPE_CHECKING:
     from strom.storage.log import PartitionLog
 
 log = logging.getLogger("strom.broker")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Broker:

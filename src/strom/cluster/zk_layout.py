@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from strom.clock import now_ms
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -110,7 +111,7 @@ def _load(data: bytes) -> Any:
 
 
 def now_text() -> str:
-    return str(time.time_ns() // 1_000_000)
+    return str(now_ms())
 
 
 # ---- /cluster/id ----------------------------------------------------------------------------
