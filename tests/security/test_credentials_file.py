@@ -15,7 +15,7 @@ from test_security_cli import strom
 
 from strom.security.credentials import CREDENTIALS_FILE, FileCredentialStore
 from strom.security.scram import ScramCredential
-from strom.storage import checkpoint
+from strom.storage import atomic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,7 +50,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int, int
         calls.append((os.fspath(path), flags, mode, stat.S_IMODE(os.fstat(fd).st_mode)))
         return fd
 
-    monkeypatch.setattr(checkpoint.os, "open", spy)  # os itself: for this test only
+    monkeypatch.setattr(atomic.os, "open", spy)  # os itself: for this test only
     old_umask = os.umask(0)
     try:
         yield calls
@@ -80,7 +80,7 @@ def test_temporary_file_is_created_private(tmp_path: Path, opened: list[tuple[st
 def test_other_files_keep_their_mode(tmp_path: Path, opened: list[tuple[str, int, int, int]]) -> None:
     """Checkpoints and the like are written as before: 0644, a .tmp truncated rather than replaced."""
     target = tmp_path / "recovery-point-offset-checkpoint"
-    checkpoint.write_atomic(target, b"0\n0\n")
+    atomic.write_atomic(target, b"0\n0\n")
     ((_, flags, mode, _),) = [c for c in opened if c[0].endswith(".tmp")]
     assert mode == 0o644 and flags & os.O_TRUNC and not flags & os.O_EXCL
     assert target.read_bytes() == b"0\n0\n" and mode_of(target) == 0o644

@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from strom.storage.atomic import write_atomic
 from strom.storage.checkpoint import (
     OffsetCheckpointFile,
     PartitionMetadataFile,
     read_properties,
     topic_id_from_str,
     topic_id_to_str,
-    write_atomic,
     write_properties,
 )
 from strom.storage.leader_epoch import LeaderEpochFileCache

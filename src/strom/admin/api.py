@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,19 +26,28 @@ from aiohttp import web
 
 from strom.admin import login, snapshot
 from strom.broker.topics import TopicError
+from strom.clock import now_ms
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from strom.storage.log import OffsetOutOfRange
 
 if TYPE_CHECKING:
+    from strom.admin.view import BrokerView
     from strom.broker.server import Broker
 
 BROKER_KEY: web.AppKey[Any] = web.AppKey("broker", object)
+VIEW_KEY: web.AppKey[Any] = web.AppKey("view", object)  # the broker's BrokerView, for snapshot's reads
 HISTORY_KEY: web.AppKey[Any] = web.AppKey("history", object)
 
 
 def _broker(request: web.Request) -> Broker:
     broker: Broker = request.app[BROKER_KEY]
     return broker
+
+
+def _view(request: web.Request) -> BrokerView:
+    view: BrokerView = request.app[VIEW_KEY]
+    return view
 
 
 def _error(status: int, message: str, code: int | None = None) -> web.Response:
@@ -59,8 +67,9 @@ def _refused(request: web.Request, operation: AclOperation, resource_type: Resou
     if acls.allowed(ctx, operation, resource_type, name):
         return None
     return _error(403, f"{ctx.principal} may not {operation.name} {resource_type.name.lower()} '{name}'",
-                  {ResourceType.TOPIC: 29, ResourceType.GROUP: 30,
-                   ResourceType.TRANSACTIONAL_ID: 53}.get(resource_type, 31))
+                  {ResourceType.TOPIC: E.topic_authorization_failed, ResourceType.GROUP: E.group_authorization_failed,
+                   ResourceType.TRANSACTIONAL_ID: E.transactional_id_authorization_failed,
+                   }.get(resource_type, E.cluster_authorization_failed))
 
 
 def _visible(request: web.Request, resource_type: ResourceType, names: list[str],
@@ -73,8 +82,8 @@ def _visible(request: web.Request, resource_type: ResourceType, names: list[str]
     return set(names) - acls.denied(ctx, operation, resource_type, names, audit_denial=False)
 
 
-def _require_ready(broker: Broker) -> web.Response | None:
-    ready, reason = snapshot.is_ready(broker)
+def _require_ready(view: BrokerView) -> web.Response | None:
+    ready, reason = snapshot.is_ready(view)
     return None if ready else _error(503, f"broker not ready: {reason}")
 
 
@@ -90,7 +99,7 @@ def endpoint(*, ready: bool = True, acl: tuple[AclOperation, ResourceType, str |
         @functools.wraps(fn)
         async def handler(request: web.Request) -> web.StreamResponse:
             broker = _broker(request)
-            if ready and (refused := _require_ready(broker)) is not None:
+            if ready and (refused := _require_ready(_view(request))) is not None:
                 return refused
             if acl is not None:
                 operation, resource_type, match = acl
@@ -126,26 +135,26 @@ def parse_timestamp(text: str) -> int:
 
 @endpoint(ready=False, acl=(AclOperation.DESCRIBE, ResourceType.CLUSTER, None))
 async def overview(request: web.Request, broker: Broker) -> web.StreamResponse:
-    return web.json_response(snapshot.overview(broker, request.app[HISTORY_KEY]))
+    return web.json_response(snapshot.overview(_view(request), request.app[HISTORY_KEY]))
 
 
 @endpoint(acl=(AclOperation.DESCRIBE, ResourceType.CLUSTER, None))
 async def cluster(request: web.Request, broker: Broker) -> web.StreamResponse:
-    return web.json_response(snapshot.cluster_view(broker))
+    return web.json_response(snapshot.cluster_view(_view(request)))
 
 
 @endpoint()
 async def list_topics(request: web.Request, broker: Broker) -> web.StreamResponse:
-    topics = snapshot.topics_view(broker)
+    topics = snapshot.topics_view(_view(request))
     shown = _visible(request, ResourceType.TOPIC, [t["name"] for t in topics])
     return web.json_response({"topics": [t for t in topics if t["name"] in shown]})
 
 
 @endpoint(acl=(AclOperation.DESCRIBE, ResourceType.TOPIC, "topic"))
 async def get_topic(request: web.Request, broker: Broker) -> web.StreamResponse:
-    view = snapshot.topic_view(broker, request.match_info["topic"], with_partitions=True)
+    view = snapshot.topic_view(_view(request), request.match_info["topic"], with_partitions=True)
     if view is None:
-        return _error(404, f"topic '{request.match_info['topic']}' does not exist", 3)
+        return _error(404, f"topic '{request.match_info['topic']}' does not exist", E.unknown_topic_or_partition)
     return web.json_response(view)
 
 
@@ -176,21 +185,21 @@ async def create_topic(request: web.Request, broker: Broker) -> web.StreamRespon
     except TopicError as e:
         status = 409 if e.error_code == 36 else 400
         return _error(status, e.message, e.error_code)
-    return web.json_response(snapshot.topic_view(broker, body["name"], with_partitions=True), status=201)
+    return web.json_response(snapshot.topic_view(_view(request), body["name"], with_partitions=True), status=201)
 
 
 @endpoint(acl=(AclOperation.DELETE, ResourceType.TOPIC, "topic"))
 async def delete_topic(request: web.Request, broker: Broker) -> web.StreamResponse:
     name = request.match_info["topic"]
     if not broker.config.delete_topic_enable:
-        return _error(403, "delete.topic.enable is false", 73)
+        return _error(403, "delete.topic.enable is false", E.topic_deletion_disabled)
     info = broker.metadata.get_topic(name)
     if info is not None and info.internal:
-        return _error(403, f"'{name}' is an internal topic", 17)
+        return _error(403, f"'{name}' is an internal topic", E.invalid_topic_exception)
     try:
         broker.topics.delete(name)
     except TopicError as e:
-        return _error(404 if e.error_code == 3 else 400, e.message, e.error_code)
+        return _error(404 if e.error_code == E.unknown_topic_or_partition else 400, e.message, e.error_code)
     return web.json_response({"deleted": name})
 
 
@@ -200,7 +209,7 @@ async def messages(request: web.Request, broker: Broker) -> web.StreamResponse:
     partition = _int_arg(request, "partition") or 0
     plog = broker.log_manager.get_log(topic, partition)
     if plog is None:
-        return _error(404, f"no partition {topic}-{partition}", 3)
+        return _error(404, f"no partition {topic}-{partition}", E.unknown_topic_or_partition)
     query = snapshot.MessageQuery(limit=_int_arg(request, "limit", 50) or 50, offset=_int_arg(request, "offset"))
     ts = request.query.get("timestamp", "").strip()
     if ts:
@@ -211,19 +220,19 @@ async def messages(request: web.Request, broker: Broker) -> web.StreamResponse:
     try:
         result = snapshot.read_messages(plog, query)
     except OffsetOutOfRange as e:  # retention moved the start meanwhile
-        return _error(409, str(e), 1)
+        return _error(409, str(e), E.offset_out_of_range)
     return web.json_response(result)
 
 
 @endpoint()
 async def list_groups(request: web.Request, broker: Broker) -> web.StreamResponse:
     out = []
-    groups = snapshot.list_groups(broker)
+    groups = snapshot.list_groups(_view(request))
     shown = _visible(request, ResourceType.GROUP, [g.group_id for g in groups])
     for g in groups:
         if g.group_id not in shown:
             continue
-        view = snapshot.group_view(broker, g.group_id, detail=False)
+        view = snapshot.group_view(_view(request), g.group_id, detail=False)
         if view is not None:
             out.append(view)
     return web.json_response({"groups": out})
@@ -231,24 +240,20 @@ async def list_groups(request: web.Request, broker: Broker) -> web.StreamRespons
 
 @endpoint(acl=(AclOperation.DESCRIBE, ResourceType.GROUP, "group"))
 async def get_group(request: web.Request, broker: Broker) -> web.StreamResponse:
-    view = snapshot.group_view(broker, request.match_info["group"], detail=True)
+    view = snapshot.group_view(_view(request), request.match_info["group"], detail=True)
     if view is None:
-        return _error(404, f"group '{request.match_info['group']}' does not exist", 69)
+        return _error(404, f"group '{request.match_info['group']}' does not exist", E.group_id_not_found)
     return web.json_response(view)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @endpoint()
 async def list_transactions(request: web.Request, broker: Broker) -> web.StreamResponse:
     """As ListTransactions (ids the principal may DESCRIBE) plus hanging transactions on topics it
     may READ (what DescribeProducers needs, which kafka-transactions.sh find-hanging uses)."""
-    now = _now_ms()
-    txns = snapshot.transactions(broker, now)
+    now = now_ms()
+    txns = snapshot.transactions(_view(request), now)
     shown = _visible(request, ResourceType.TRANSACTIONAL_ID, [t["transactional_id"] for t in txns])
-    hanging = snapshot.hanging_transactions(broker, now)
+    hanging = snapshot.hanging_transactions(_view(request), now)
     readable = _visible(request, ResourceType.TOPIC, sorted({h["topic"] for h in hanging}), AclOperation.READ)
     hanging = [h for h in hanging if h["topic"] in readable]
     for h in hanging:
@@ -260,8 +265,8 @@ async def list_transactions(request: web.Request, broker: Broker) -> web.StreamR
         "max_timeout_ms": broker.config.transaction_max_timeout_ms,
         # False in a cluster where other brokers coordinate some ids: hanging ones are then only
         # those past the max timeout.
-        "coordinates_all": snapshot.coordinates_every_transaction(broker),
-        "counters": snapshot.transaction_counters(broker),
+        "coordinates_all": snapshot.coordinates_every_transaction(_view(request)),
+        "counters": snapshot.transaction_counters(_view(request)),
         "time": now,
     })
 
@@ -269,19 +274,20 @@ async def list_transactions(request: web.Request, broker: Broker) -> web.StreamR
 @endpoint(acl=(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "transactional_id"))
 async def get_transaction(request: web.Request, broker: Broker) -> web.StreamResponse:
     txn_id = request.match_info["transactional_id"]
-    view = snapshot.transaction(broker, txn_id, _now_ms())
+    view = snapshot.transaction(_view(request), txn_id, now_ms())
     if view is None:
-        return _error(404, f"transactional id '{txn_id}' is not coordinated here or does not exist", 105)
+        return _error(404, f"transactional id '{txn_id}' is not coordinated here or does not exist",
+                      E.transactional_id_not_found)
     return web.json_response(view)
 
 
 @endpoint(acl=(AclOperation.READ, ResourceType.TOPIC, "topic"))
 async def topic_producers(request: web.Request, broker: Broker) -> web.StreamResponse:
     topic = request.match_info["topic"]
-    partitions = snapshot.producers_view(broker, topic)
+    partitions = snapshot.producers_view(_view(request), topic)
     if partitions is None:
-        return _error(404, f"topic '{topic}' does not exist", 3)
-    return web.json_response({"topic": topic, "partitions": partitions, "time": _now_ms()})
+        return _error(404, f"topic '{topic}' does not exist", E.unknown_topic_or_partition)
+    return web.json_response({"topic": topic, "partitions": partitions, "time": now_ms()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -8,7 +8,7 @@ own CollectorRegistry, never prometheus_client's global one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -19,7 +19,7 @@ from strom.broker.metrics import LATENCY_BUCKETS
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.admin.view import BrokerView
 
 _BUCKET_LABELS = [repr(b) for b in LATENCY_BUCKETS] + ["+Inf"]
 
@@ -32,26 +32,26 @@ def error_name(code: int) -> str:
 
 
 class BrokerCollector:
-    """A prometheus_client custom collector over one Broker."""
+    """A prometheus_client custom collector over one broker's BrokerView."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, view: BrokerView) -> None:
+        self.view = view
 
     def collect(self) -> Iterator[Metric]:
-        broker = self.broker
-        m = broker.metrics
-        ready, _ = snapshot.is_ready(broker)
-        names = snapshot.api_names(broker)
+        view = self.view
+        m = view.metrics
+        ready, _ = snapshot.is_ready(view)
+        names = snapshot.api_names(view)
 
         info = GaugeMetricFamily("strom_broker_info", "Broker identity (value is always 1).",
                                  labels=["broker_id", "cluster_id", "version"])
-        info.add_metric([str(broker.config.broker_id), str(getattr(broker.metadata, "cluster_id", "")), __version__], 1)
+        info.add_metric([str(view.config.broker_id), str(view.metadata.cluster_id), __version__], 1)
         yield info
         yield GaugeMetricFamily("strom_broker_ready", "1 once logs are loaded and the Kafka listeners serve.",
                                 value=1 if ready else 0)
         yield GaugeMetricFamily("strom_broker_start_time_seconds", "When the broker started (Unix time).",
                                 value=m.start_time)
-        yield GaugeMetricFamily("strom_connections", "Open Kafka client connections.", value=len(broker.connections))
+        yield GaugeMetricFamily("strom_connections", "Open Kafka client connections.", value=view.connection_count())
 
         # --- requests
         requests = CounterMetricFamily("strom_requests", "Kafka requests handled, by API.", labels=["api"])
@@ -78,7 +78,7 @@ class BrokerCollector:
 
         if not ready:  # logs may still be loading in a thread: nothing below is safe to read yet
             return
-        topics = broker.metadata.topics()
+        topics = view.metadata.topics()
         m.forget_topics(topics)
 
         # --- per-topic throughput
@@ -110,7 +110,7 @@ class BrokerCollector:
         lso = GaugeMetricFamily("strom_last_stable_offset",
                                 "Offset up to which read_committed consumers read (first open transaction).",
                                 labels=labels)
-        for plog in sorted(broker.log_manager.all_logs(), key=lambda p: (p.topic, p.partition)):
+        for plog in sorted(view.log_manager.all_logs(), key=lambda p: (p.topic, p.partition)):
             lv = [plog.topic, str(plog.partition)]
             size.add_metric(lv, plog.size_bytes())
             start.add_metric(lv, plog.log_start_offset)
@@ -129,7 +129,7 @@ class BrokerCollector:
         yield from self._transactions()
 
     def _transactions(self) -> Iterator[Metric]:
-        coord = getattr(self.broker, "txn_coordinator", None)
+        coord = self.view.txn_coordinator()
         if coord is None:
             return
         yield CounterMetricFamily("strom_transactions_committed", "Transactions this coordinator committed.",
@@ -155,30 +155,19 @@ class BrokerCollector:
         """Kafka's replica manager and controller gauges, named after their MBeans so dashboards and
         alerts written for Kafka translate one to one. A single broker is its own controller and leads
         every partition with an ISR of itself: nothing is under-replicated or offline there."""
-        broker = self.broker
-        rm = broker.replica_manager
-        cluster = broker.cluster
+        view = self.view
         lag = GaugeMetricFamily("strom_fetcher_lag",
                                 "On a partition's leader: its log end offset minus each follower's "
                                 "(kafka.server FetcherLagMetrics ConsumerLag, seen from the leader).",
                                 labels=["topic", "partition", "replica"])
-        partitions, leaders, under = len(rm.partitions), rm.led(), rm.under_replicated()
-        shrinks, expands = rm.isr_shrinks, rm.isr_expands
-        if cluster is None:  # its own controller, every partition led here
-            active, offline = 1, 0
-        else:
-            controller = cluster.controller
-            active = 1 if controller is not None and controller.active else 0
-            # Like Kafka, only the active controller counts offline partitions; the others say 0.
-            offline = snapshot.offline_partition_count(broker) if active else 0
-        for part in sorted(rm.partitions.values(), key=lambda p: p.key):
-            if not part.is_leader:
-                continue
-            end = part.log.log_end_offset
-            for replica, follower in sorted(part.followers.items()):
-                if follower.log_end_offset >= 0:  # unknown until the follower's first fetch here
-                    lag.add_metric([part.topic, str(part.partition), str(replica)],
-                                   max(0, end - follower.log_end_offset))
+        state = view.replication()
+        partitions, leaders, under = state.partitions, state.leaders, state.under_replicated
+        shrinks, expands = state.isr_shrinks, state.isr_expands
+        active = 1 if state.active_controller else 0
+        # Like Kafka, only the active controller counts offline partitions; the others say 0.
+        offline = snapshot.offline_partition_count(view) if active else 0
+        for topic, partition, replica, behind in state.follower_lags:
+            lag.add_metric([topic, str(partition), str(replica)], behind)
         yield GaugeMetricFamily("strom_replica_manager_under_replicated_partitions",
                                 "Partitions led here whose ISR is smaller than their replica set "
                                 "(kafka.server ReplicaManager UnderReplicatedPartitions).", value=under)
@@ -203,8 +192,8 @@ class BrokerCollector:
         yield lag
 
     def _groups(self) -> Iterator[Metric]:
-        broker = self.broker
-        groups = snapshot.list_groups(broker)
+        view = self.view
+        groups = snapshot.list_groups(view)
         by_state: dict[str, int] = {}
         for g in groups:
             by_state[g.state] = by_state.get(g.state, 0) + 1
@@ -221,10 +210,11 @@ class BrokerCollector:
                                       labels=labels)
         lag = GaugeMetricFamily("strom_consumer_group_lag",
                                 "High watermark minus the group's committed offset.", labels=labels)
-        coordinator: Any = broker.group_coordinator
+        coordinator = view.group_coordinator()
         for g in groups:
+            assert coordinator is not None  # the groups come from the loaded coordinator
             members.add_metric([g.group_id], len(coordinator.describe_group(g.group_id).members))
-            for o in snapshot.group_offsets(broker, g.group_id):
+            for o in snapshot.group_offsets(view, g.group_id):
                 lv = [g.group_id, o["topic"], str(o["partition"])]
                 committed.add_metric(lv, o["committed"])
                 if o["lag"] is not None:
@@ -232,10 +222,10 @@ class BrokerCollector:
         yield from (members, committed, lag)
 
 
-def make_registry(broker: Broker) -> CollectorRegistry:
+def make_registry(view: BrokerView) -> CollectorRegistry:
     """A registry of its own for one broker: the broker's metrics plus process and Python ones."""
     registry = CollectorRegistry()
-    registry.register(BrokerCollector(broker))  # type: ignore[arg-type]
+    registry.register(BrokerCollector(view))  # type: ignore[arg-type]
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)

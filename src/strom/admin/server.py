@@ -26,14 +26,23 @@ from strom.admin.collector import make_registry
 from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
 from strom.admin.login import middleware as login_middleware
+from strom.admin.view import ReplicationState
 from strom.broker.acceptor import ListenerBindError, bind
+from strom.broker.handlers.metadata import brokers_and_controller, topic_entry
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from strom.admin.view import GroupReader, LogReader, TopicReader, TxnReader
+    from strom.broker.metrics import BrokerMetrics
     from strom.broker.server import Broker
+    from strom.cluster.metadata import BrokerInfo, TopicInfo
+    from strom.config import BrokerConfig
     from strom.config.broker import Listener
+    from strom.coordinator.runtime import GroupCoordinatorRuntime
+    from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
+    from strom.storage.log import PartitionLog
 
 log = logging.getLogger("strom.admin")
 
@@ -61,12 +70,91 @@ async def _guard(request: web.Request,
     return await handler(request)
 
 
+class BrokerAdminView:
+    """The BrokerView (admin/view.py) of a strom Broker: the one place where what the admin pages
+    read meets the Broker's attributes."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._broker.config  # read each time: dynamic configs replace it
+
+    @property
+    def metadata(self) -> TopicReader:
+        return self._broker.metadata
+
+    @property
+    def log_manager(self) -> LogReader:
+        return self._broker.log_manager
+
+    @property
+    def metrics(self) -> BrokerMetrics:
+        return self._broker.metrics
+
+    @property
+    def node(self) -> BrokerInfo:
+        return self._broker.node
+
+    @property
+    def started(self) -> bool:
+        return bool(self._broker.advertised)
+
+    def kafka_listeners_serving(self) -> bool:
+        return self._broker.kafka_listeners_serving()
+
+    def connection_count(self) -> int:
+        return len(self._broker.connections)
+
+    def handler_names(self) -> dict[int, str]:
+        return {key: h.name for key, h in self._broker.handlers.items()}
+
+    def group_coordinator(self) -> GroupReader | None:
+        coordinator: GroupCoordinatorRuntime | None = getattr(self._broker, "group_coordinator", None)
+        return coordinator  # made when the broker starts
+
+    def txn_coordinator(self) -> TxnReader | None:
+        coordinator: TransactionCoordinatorRuntime | None = getattr(self._broker, "txn_coordinator", None)
+        return coordinator
+
+    def metadata_partitions(self, topic: TopicInfo) -> list[dict[str, Any]]:
+        partitions: list[dict[str, Any]] = topic_entry(self._broker, topic)["partitions"]
+        return partitions
+
+    def brokers_and_controller(self) -> tuple[list[dict[str, Any]], int]:
+        return brokers_and_controller(self._broker)
+
+    def leader_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._broker.leader_log(topic, partition)[0]
+
+    def replication(self) -> ReplicationState:
+        rm = self._broker.replica_manager
+        cluster = self._broker.cluster
+        controller = cluster.controller if cluster is not None else None
+        lags = []
+        for part in sorted(rm.partitions.values(), key=lambda p: p.key):
+            if not part.is_leader:
+                continue
+            end = part.log.log_end_offset
+            for replica, follower in sorted(part.followers.items()):
+                if follower.log_end_offset >= 0:  # unknown until the follower's first fetch here
+                    lags.append((part.topic, part.partition, replica, max(0, end - follower.log_end_offset)))
+        return ReplicationState(
+            partitions=len(rm.partitions), leaders=rm.led(), under_replicated=rm.under_replicated(),
+            isr_shrinks=rm.isr_shrinks, isr_expands=rm.isr_expands,
+            # A broker on its own is its own controller.
+            active_controller=cluster is None or (controller is not None and controller.active),
+            one_node=cluster is None, follower_lags=lags)
+
+
 class AdminServer:
     """One broker's admin listeners; ``start``/``stop`` are called by the broker's lifecycle."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.registry = make_registry(broker)
+        self.view = BrokerAdminView(broker)
+        self.registry = make_registry(self.view)
         self.addresses: list[str] = []
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -85,6 +173,7 @@ class AdminServer:
         app = web.Application(middlewares=[self.hosts.middleware(), login_middleware(self.login), _guard],
                               client_max_size=MAX_BODY_BYTES)
         app[api.BROKER_KEY] = broker
+        app[api.VIEW_KEY] = self.view
         app[api.HISTORY_KEY] = self.history
         # Every topic and group by name: for whoever may see the overview (a login when the broker has
         # one; with an authorizer, Describe on the cluster).
@@ -125,7 +214,7 @@ class AdminServer:
     async def _sample(self) -> None:
         """Every SAMPLE_INTERVAL_S: [time, bytes in, bytes out, records in, records out] totals."""
         while True:
-            self.history.append([time.time(), *snapshot.totals(self.broker)])
+            self.history.append([time.time(), *snapshot.totals(self.view)])
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
     async def _serve(self, runner: web.AppRunner, listener: Listener, sock: socket.socket) -> None:
@@ -160,7 +249,7 @@ class AdminServer:
 
     async def readyz(self, request: web.Request) -> web.Response:
         """Readiness: logs loaded, groups replayed, Kafka listeners serving."""
-        ready, reason = snapshot.is_ready(self.broker)
+        ready, reason = snapshot.is_ready(self.view)
         return web.Response(text=reason + "\n", status=200 if ready else 503)
 
     async def index(self, request: web.Request) -> web.Response:

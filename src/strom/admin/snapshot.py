@@ -1,4 +1,5 @@
-"""Read-only views of a running broker for the REST API and the metrics collector.
+"""Read-only views of a running broker for the REST API and the metrics collector, read through
+``BrokerView`` (admin/view.py), never the Broker itself.
 
 Everything here runs on the broker's event loop (the single writer), so it reads live state without
 locks. Reads are bounded: a message browse reads at most ``MAX_MESSAGES`` records and a few MiB.
@@ -14,13 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom import __version__
-from strom.broker.handlers.metadata import brokers_and_controller, topic_entry
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
 from strom.records import codec
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.admin.view import BrokerView, TxnReader
     from strom.cluster.metadata import TopicInfo
     from strom.storage.log import PartitionLog
 
@@ -30,28 +30,28 @@ _READ_CHUNK = 1 << 20
 _MAX_READS = 64
 
 
-def is_ready(broker: Broker) -> tuple[bool, str]:
+def is_ready(view: BrokerView) -> tuple[bool, str]:
     """Ready = logs loaded, group coordinator replayed, every Kafka listener accepting.
 
     The broker opens its Kafka listeners only after loading the logs and replaying the groups, and
     closes them first when it stops, so serving listeners mean both."""
-    if not broker.kafka_listeners_serving():
-        return False, "stopping: kafka listeners closed" if broker.advertised else "starting: loading logs"
-    coordinator = getattr(broker, "group_coordinator", None)
+    if not view.kafka_listeners_serving():
+        return False, "stopping: kafka listeners closed" if view.started else "starting: loading logs"
+    coordinator = view.group_coordinator()
     if coordinator is not None and not coordinator.loaded:
         return False, "group coordinator not loaded"
     return True, "ready"
 
 
-def api_names(broker: Broker) -> dict[int, str]:
+def api_names(view: BrokerView) -> dict[int, str]:
     """Kafka's API names (Produce, ApiVersions, ...) from the handler modules' names."""
-    return {key: "".join(p.capitalize() for p in h.name.split("_")) for key, h in broker.handlers.items()}
+    return {key: "".join(p.capitalize() for p in name.split("_")) for key, name in view.handler_names().items()}
 
 
 # ---------------------------------------------------------------------------------------------- topics
 
 
-def replica_states(broker: Broker, info: TopicInfo) -> list[dict[str, Any]]:
+def replica_states(view: BrokerView, info: TopicInfo) -> list[dict[str, Any]]:
     """Leader, replicas, ISR and offline replicas of each partition, as Metadata tells clients (on a
     single broker: this broker leads every partition, alone in its ISR)."""
     return [{"partition": e["partition_index"], "leader": e["leader_id"], "replicas": list(e["replica_nodes"]),
@@ -59,7 +59,7 @@ def replica_states(broker: Broker, info: TopicInfo) -> list[dict[str, Any]]:
              # Kafka's kafka-topics --under-replicated-partitions / --unavailable-partitions
              "under_replicated": e["leader_id"] >= 0 and len(e["isr_nodes"]) < len(e["replica_nodes"]),
              "offline": e["leader_id"] < 0}
-            for e in topic_entry(broker, info)["partitions"]]
+            for e in view.metadata_partitions(info)]
 
 
 def partition_view(plog: PartitionLog | None, replicas: dict[str, Any]) -> dict[str, Any]:
@@ -77,13 +77,13 @@ def partition_view(plog: PartitionLog | None, replicas: dict[str, Any]) -> dict[
     }
 
 
-def topic_view(broker: Broker, name: str, *, with_partitions: bool) -> dict[str, Any] | None:
-    info = broker.metadata.get_topic(name)
+def topic_view(view: BrokerView, name: str, *, with_partitions: bool) -> dict[str, Any] | None:
+    info = view.metadata.get_topic(name)
     if info is None:
         return None
-    lm = broker.log_manager
-    parts = [partition_view(lm.get_log(name, r["partition"]), r) for r in replica_states(broker, info)]
-    stats = broker.metrics.topics.get(name)
+    lm = view.log_manager
+    parts = [partition_view(lm.get_log(name, r["partition"]), r) for r in replica_states(view, info)]
+    stats = view.metrics.topics.get(name)
     out: dict[str, Any] = {
         "name": name,
         "topic_id": str(info.topic_id),
@@ -106,26 +106,26 @@ def topic_view(broker: Broker, name: str, *, with_partitions: bool) -> dict[str,
     return out
 
 
-def topics_view(broker: Broker) -> list[dict[str, Any]]:
+def topics_view(view: BrokerView) -> list[dict[str, Any]]:
     out = []
-    for name in sorted(broker.metadata.topics()):
-        view = topic_view(broker, name, with_partitions=False)
-        if view is not None:
-            out.append(view)
+    for name in sorted(view.metadata.topics()):
+        entry = topic_view(view, name, with_partitions=False)
+        if entry is not None:
+            out.append(entry)
     return out
 
 
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-def _problem_partitions(broker: Broker) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+def _problem_partitions(view: BrokerView) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
     """(partitions, under-replicated ones, offline ones) over every topic."""
     total = 0
     under: list[dict[str, Any]] = []
     offline: list[dict[str, Any]] = []
-    topics = broker.metadata.topics()
+    topics = view.metadata.topics()
     for name in sorted(topics):
-        for r in replica_states(broker, topics[name]):
+        for r in replica_states(view, topics[name]):
             total += 1
             if r["under_replicated"] or r["offline"]:
                 row = {"topic": name, **{k: v for k, v in r.items() if k not in ("under_replicated", "offline")}}
@@ -133,18 +133,18 @@ def _problem_partitions(broker: Broker) -> tuple[int, list[dict[str, Any]], list
     return total, under, offline
 
 
-def offline_partition_count(broker: Broker) -> int:
-    return len(_problem_partitions(broker)[2])
+def offline_partition_count(view: BrokerView) -> int:
+    return len(_problem_partitions(view)[2])
 
 
-def cluster_view(broker: Broker) -> dict[str, Any]:
+def cluster_view(view: BrokerView) -> dict[str, Any]:
     """The brokers and the controller as this broker knows them, and the partitions that are
     under-replicated (a leader, but an ISR smaller than the replicas) or offline (no live leader)."""
-    brokers, controller = brokers_and_controller(broker)
-    total, under, offline = _problem_partitions(broker)
-    me = broker.config.broker_id
+    brokers, controller = view.brokers_and_controller()
+    total, under, offline = _problem_partitions(view)
+    me = view.config.broker_id
     return {
-        "cluster_id": getattr(broker.metadata, "cluster_id", None),
+        "cluster_id": view.metadata.cluster_id,
         "controller_id": controller,
         "broker_id": me,
         "brokers": [{"id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"],
@@ -155,10 +155,10 @@ def cluster_view(broker: Broker) -> dict[str, Any]:
     }
 
 
-def totals(broker: Broker) -> tuple[int, int, int, int]:
+def totals(view: BrokerView) -> tuple[int, int, int, int]:
     """(bytes in, bytes out, records in, records out) over all topics since the broker started."""
     bi = bo = ri = ro = 0
-    for stats in broker.metrics.topics.values():
+    for stats in view.metrics.topics.values():
         bi += stats.bytes_in
         bo += stats.bytes_out
         ri += stats.records_in
@@ -166,23 +166,23 @@ def totals(broker: Broker) -> tuple[int, int, int, int]:
     return bi, bo, ri, ro
 
 
-def overview(broker: Broker, history: Iterable[list[float]] = ()) -> dict[str, Any]:
-    ready, reason = is_ready(broker)
-    m = broker.metrics
-    topics = broker.metadata.topics() if ready else {}
-    bi, bo, ri, ro = totals(broker)
-    size = sum(plog.size_bytes() for plog in broker.log_manager.all_logs()) if ready else 0
-    groups = len(list_groups(broker)) if ready else 0
-    cfg = broker.config
-    brokers, controller = brokers_and_controller(broker)
-    _, under, offline = _problem_partitions(broker) if ready else (0, [], [])
+def overview(view: BrokerView, history: Iterable[list[float]] = ()) -> dict[str, Any]:
+    ready, reason = is_ready(view)
+    m = view.metrics
+    topics = view.metadata.topics() if ready else {}
+    bi, bo, ri, ro = totals(view)
+    size = sum(plog.size_bytes() for plog in view.log_manager.all_logs()) if ready else 0
+    groups = len(list_groups(view)) if ready else 0
+    cfg = view.config
+    brokers, controller = view.brokers_and_controller()
+    _, under, offline = _problem_partitions(view) if ready else (0, [], [])
     return {
         "broker": {
             "id": cfg.broker_id,
-            "cluster_id": getattr(broker.metadata, "cluster_id", None),
+            "cluster_id": view.metadata.cluster_id,
             "version": __version__,
-            "host": broker.node.host,
-            "port": broker.node.port,
+            "host": view.node.host,
+            "port": view.node.port,
             "listeners": [str(x) for x in cfg.listeners],
             "log_dirs": [str(d) for d in cfg.log_dirs],
             "uptime_seconds": round(time.time() - m.start_time, 1),
@@ -193,7 +193,7 @@ def overview(broker: Broker, history: Iterable[list[float]] = ()) -> dict[str, A
         "internal_topics": sum(1 for t in topics.values() if t.internal),
         "partitions": sum(t.partitions for t in topics.values()),
         "size_bytes": size,
-        "connections": len(broker.connections),
+        "connections": view.connection_count(),
         "groups": groups,
         "cluster": {"brokers": len(brokers), "controller_id": controller, "under_replicated_partitions": len(under),
                     "offline_partitions": len(offline)},
@@ -326,21 +326,22 @@ def decode_assignment(data: bytes) -> list[dict[str, Any]] | None:
         return None
 
 
-def list_groups(broker: Broker) -> list[Any]:
-    coordinator = getattr(broker, "group_coordinator", None)
+def list_groups(view: BrokerView) -> list[Any]:
+    coordinator = view.group_coordinator()
     if coordinator is None or not coordinator.loaded:
         return []
     return sorted(coordinator.list_groups(None, None), key=lambda g: g.group_id)
 
 
-def group_offsets(broker: Broker, group_id: str) -> list[dict[str, Any]]:
+def group_offsets(view: BrokerView, group_id: str) -> list[dict[str, Any]]:
     """Committed offset, end offset (high watermark) and lag of every partition the group committed."""
-    coordinator = broker.group_coordinator
+    coordinator = view.group_coordinator()
+    assert coordinator is not None  # asked only for a group the loaded coordinator listed or described
     out = []
     for fo in coordinator.fetch_offsets(group_id, None):
         if fo.offset < 0:
             continue
-        plog = broker.log_manager.get_log(fo.topic, fo.partition)
+        plog = view.log_manager.get_log(fo.topic, fo.partition)
         end = plog.high_watermark if plog is not None else None
         lag = max(0, end - fo.offset) if end is not None else None
         out.append({"topic": fo.topic, "partition": fo.partition, "committed": fo.offset,
@@ -348,14 +349,14 @@ def group_offsets(broker: Broker, group_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def group_view(broker: Broker, group_id: str, *, detail: bool) -> dict[str, Any] | None:
-    coordinator = getattr(broker, "group_coordinator", None)
+def group_view(view: BrokerView, group_id: str, *, detail: bool) -> dict[str, Any] | None:
+    coordinator = view.group_coordinator()
     if coordinator is None or not coordinator.loaded:
         return None
     described = coordinator.describe_group(group_id)
     if described.state == "Dead":
         return None
-    offsets = group_offsets(broker, group_id)
+    offsets = group_offsets(view, group_id)
     lags = [o["lag"] for o in offsets if o["lag"] is not None]
     out: dict[str, Any] = {
         "group_id": group_id,
@@ -389,8 +390,8 @@ def group_view(broker: Broker, group_id: str, *, detail: bool) -> dict[str, Any]
 _OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 
-def _txn_coordinator(broker: Broker) -> Any:
-    coord = getattr(broker, "txn_coordinator", None)
+def _txn_coordinator(view: BrokerView) -> TxnReader | None:
+    coord = view.txn_coordinator()
     return coord if coord is not None and coord.loaded else None
 
 
@@ -412,41 +413,43 @@ def transaction_view(meta: Any, now: int) -> dict[str, Any]:
     }
 
 
-def transactions(broker: Broker, now: int) -> list[dict[str, Any]]:
+def transactions(view: BrokerView, now: int) -> list[dict[str, Any]]:
     """Every transactional id this broker coordinates now (ListTransactions), open ones first."""
-    coord = _txn_coordinator(broker)
+    coord = _txn_coordinator(view)
     if coord is None:
         return []
     views = [transaction_view(m, now) for t, m in coord.shard.txns.items() if coord.error_for(t) is E.none]
     return sorted(views, key=lambda v: (not v["open"], v["transactional_id"]))
 
 
-def transaction(broker: Broker, transactional_id: str, now: int) -> dict[str, Any] | None:
-    coord = _txn_coordinator(broker)
-    meta = coord.shard.txns.get(transactional_id) if coord is not None else None
+def transaction(view: BrokerView, transactional_id: str, now: int) -> dict[str, Any] | None:
+    coord = _txn_coordinator(view)
+    if coord is None:
+        return None
+    meta = coord.shard.txns.get(transactional_id)
     if meta is None or coord.error_for(transactional_id) is not E.none:
         return None
     return transaction_view(meta, now)
 
 
-def transaction_counters(broker: Broker) -> dict[str, int]:
-    coord = getattr(broker, "txn_coordinator", None)
+def transaction_counters(view: BrokerView) -> dict[str, int]:
+    coord = view.txn_coordinator()
     if coord is None:
         return {"committed": 0, "aborted": 0, "timed_out": 0, "expired": 0}
     return {"committed": coord.commits, "aborted": coord.aborts, "timed_out": coord.timeouts,
             "expired": coord.expired}
 
 
-def producers_view(broker: Broker, topic: str) -> list[dict[str, Any]] | None:
+def producers_view(view: BrokerView, topic: str) -> list[dict[str, Any]] | None:
     """DescribeProducers for every partition of a topic this broker has a log of: each producer's
     epoch, last sequence and timestamp and where its open transaction starts (-1: none), with the
     partition's last stable offset."""
-    info = broker.metadata.get_topic(topic)
+    info = view.metadata.get_topic(topic)
     if info is None:
         return None
     out = []
     for partition in range(info.partitions):
-        plog = broker.log_manager.get_log(topic, partition)
+        plog = view.log_manager.get_log(topic, partition)
         if plog is None:
             continue
         out.append({
@@ -461,37 +464,37 @@ def producers_view(broker: Broker, topic: str) -> list[dict[str, Any]] | None:
     return out
 
 
-def coordinates_every_transaction(broker: Broker) -> bool:
+def coordinates_every_transaction(view: BrokerView) -> bool:
     """Whether this broker coordinates every partition of __transaction_state (always on a single
     broker): only then can it tell that no coordinator knows a partition's open transaction."""
-    coord = _txn_coordinator(broker)
+    coord = _txn_coordinator(view)
     if coord is None:
         return False
-    if broker.cluster is None:
+    if view.replication().one_node:
         return True
     return set(coord.leadership.owned) >= set(range(coord.num_partitions))
 
 
-def hanging_transactions(broker: Broker, now: int, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def hanging_transactions(view: BrokerView, now: int, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Open transactions on partitions this broker leads that look abandoned (KIP-664's
     find-hanging): the producer's last write is older than transaction.max.timeout.ms (the
     coordinator would have aborted any transaction of its own by then), or the coordinator, when it
     is this broker, has no ongoing transaction of that producer with this partition in it. Such a
     transaction holds the partition's last stable offset back: read_committed consumers stall."""
-    coord = _txn_coordinator(broker)
-    max_timeout = int(broker.config.transaction_max_timeout_ms)
+    coord = _txn_coordinator(view)
+    max_timeout = int(view.config.transaction_max_timeout_ms)
     by_pid: dict[int, Any] = {}
-    decidable = coordinates_every_transaction(broker)
+    decidable = coordinates_every_transaction(view)
     if coord is not None:
-        for meta in coord.shard.txns.values():
-            if meta.state.display in _OPEN_STATES:
-                by_pid[meta.producer_id] = meta
+        for txn in coord.shard.txns.values():
+            if txn.state.display in _OPEN_STATES:
+                by_pid[txn.producer_id] = txn
     wanted = set(topics) if topics is not None else None
     out = []
-    for plog in broker.log_manager.all_logs():
+    for plog in view.log_manager.all_logs():
         if plog.closed or not plog.producer_state.ongoing_txns or (wanted is not None and plog.topic not in wanted):
             continue
-        if broker.leader_log(plog.topic, plog.partition)[0] is not plog:
+        if view.leader_log(plog.topic, plog.partition) is not plog:
             continue  # a follower: its leader answers for it
         for pid, first_offset in plog.producer_state.ongoing_txns.items():
             entry = plog.producer_state.producers.get(pid)

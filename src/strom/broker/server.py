@@ -21,6 +21,7 @@ from strom.broker.metrics import BrokerMetrics
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import write_markers
+from strom.clock import now_ms
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.cluster.one_node import OneNodeStates
 from strom.coordinator.runtime import GroupCoordinatorRuntime
@@ -39,10 +40,6 @@ if TYPE_CHECKING:
     from strom.storage.log import PartitionLog
 
 log = logging.getLogger("strom.broker")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Broker:

@@ -27,6 +27,7 @@ from strom.cli.common import (
 )
 from strom.cli.reassign import _error_name
 from strom.client.raw_connection import RawConnection
+from strom.clock import now_ms
 
 FIND_COORDINATOR = 10
 DESCRIBE_PRODUCERS = 61
@@ -215,7 +216,6 @@ def find_hanging(topic: str | None, partition: int | None, broker_id: int | None
     read_committed consumers stall) for longer than the max timeout, and unknown to every
     coordinator or no longer holding that partition. Without --topic or --broker-id every
     partition is looked at."""
-    import time
 
     from strom.cli.common import fetch_metadata
 
@@ -229,7 +229,7 @@ def find_hanging(topic: str | None, partition: int | None, broker_id: int | None
     chosen = [(t, p) for t, tm in md.topics.items() for p, pm in tm.partitions.items()
               if (topic is None or t == topic) and (partition is None or p == partition)
               and (broker_id is None or pm.leader == broker_id)]
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     max_ms = max_transaction_timeout * 60_000
     candidates = [c for c in _open_transactions(client, md, sorted(chosen)) if now - c["last_timestamp"] > max_ms]
     owners = _transactional_ids(client, md, {c["producer_id"] for c in candidates}) if candidates else {}

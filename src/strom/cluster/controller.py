@@ -432,10 +432,6 @@ class Controller:
             zk.delete(zl.delete_topic_path(name))
         log.info("deleted topic %s", name)
 
-    def request_reconcile(self) -> None:
-        if self.active:
-            self._dirty.set()
-
 
 _ELECTION_ATTEMPTS = 3  # re-reads of a partition state that changed under an ElectLeaders write
 

@@ -8,13 +8,14 @@ store can implement the same interface for a multi-broker cluster.
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from strom.storage.atomic import write_atomic
 
 # Kafka's Topic.LEGAL_CHARS. Used with fullmatch: "$" alone would also match before a final "\n".
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -154,7 +155,7 @@ class LocalMetadataStore(TopicLookups):
             ],
             "broker_configs": self._broker_configs,
         }
-        atomic_write(self.path, json.dumps(doc, indent=1).encode())
+        write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
                      topic_id: uuid.UUID | None = None) -> TopicInfo:
@@ -207,20 +208,3 @@ def _new_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write .tmp, fsync, rename over, fsync the directory: the file is either old or new after a crash."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

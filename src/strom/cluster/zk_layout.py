@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from strom.clock import now_ms
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -59,10 +60,6 @@ def controlled_shutdown_path(broker_id: int) -> str:
 
 def topic_path(topic: str) -> str:
     return f"{TOPICS}/{topic}"
-
-
-def partitions_path(topic: str) -> str:
-    return f"{TOPICS}/{topic}/partitions"
 
 
 def partition_path(topic: str, partition: int) -> str:
@@ -114,7 +111,7 @@ def _load(data: bytes) -> Any:
 
 
 def now_text() -> str:
-    return str(time.time_ns() // 1_000_000)
+    return str(now_ms())
 
 
 # ---- /cluster/id ----------------------------------------------------------------------------

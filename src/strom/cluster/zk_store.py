@@ -393,9 +393,6 @@ class ZkMetadataStore(TopicLookups):
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
 
-    def live_brokers(self) -> dict[int, str | None]:
-        return {b: r.rack for b, r in self.brokers.items()}
-
     def live_brokers_in_zookeeper(self) -> dict[int, str | None]:
         """The registered brokers read from ZooKeeper itself, as Kafka's topic creation reads them:
         the watch may not yet have delivered a broker that registered a moment ago."""

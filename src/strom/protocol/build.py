@@ -120,8 +120,3 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
         elif not p.has_default:
             kwargs[p.name] = p.zero
     return cls(**kwargs)
-
-
-def to_dict(entity: Any) -> dict[str, Any]:
-    """Shallow field dict of a kio entity (handy in tests and handlers)."""
-    return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}

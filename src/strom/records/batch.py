@@ -110,11 +110,6 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
     return BatchHeader(position, *fields)
 
 
-def read_magic(buf: bytes | bytearray | memoryview, position: int = 0) -> int:
-    """Magic byte of a batch or legacy message set entry (same position in both formats)."""
-    return buf[position + MAGIC]
-
-
 def compute_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:
     start = header.position + ATTRIBUTES
     end = header.position + header.size

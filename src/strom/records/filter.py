@@ -47,10 +47,6 @@ class RawRecord:
     value: bytes | None
     headers: bytes  # the header count and headers, as encoded
 
-    @property
-    def is_tombstone(self) -> bool:
-        return self.value is None
-
 
 def delete_horizon(header: rb.BatchHeader) -> int | None:
     """The batch's delete horizon (ms) if the cleaner has set one, else None."""

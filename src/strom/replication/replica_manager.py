@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import zlib
 from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from strom.clock import now_ms
 from strom.cluster.zk_layout import PartitionState
 from strom.protocol.errors import ErrorCode as E
 from strom.replication.fetcher import ReplicaFetcher
@@ -48,10 +48,6 @@ TopicPartition = tuple[str, int]
 T = TypeVar("T")
 # (partition, index in the request, records): what append_records writes.
 AppendEntry = tuple[str, int, "bytes | bytearray | memoryview | None"]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def fetcher_index(topic: str, partition: int, fetchers: int) -> int:

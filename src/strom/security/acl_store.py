@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from strom.cluster.metadata import atomic_write, require_connected
+from strom.cluster.metadata import require_connected
 from strom.security.acl import AclBinding, AclOperation, AclPermission, InvalidAcl, PatternType, ResourceType
+from strom.storage.atomic import write_atomic
 
 log = logging.getLogger("strom.security")
 
@@ -96,7 +97,7 @@ class LocalAclStore:
             {"resourceType": _TYPE_NAMES[t], "name": n, "patternType": p.name,
              "acls": json.loads(encode_entries(bs))["acls"]}
             for (t, n, p), bs in sorted(resources.items())]}
-        atomic_write(self.path, json.dumps(doc, indent=1).encode())
+        write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
     def add(self, bindings: Iterable[AclBinding]) -> None:
         with self._lock:

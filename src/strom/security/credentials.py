@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from strom.security.scram import ScramCredential
-from strom.storage.checkpoint import write_atomic
+from strom.storage.atomic import write_atomic
 
 CREDENTIALS_FILE = "scram-credentials.json"
 CREDENTIALS_FILE_MODE = 0o600

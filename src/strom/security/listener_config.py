@@ -31,6 +31,3 @@ class ListenerConfig:
 
     def get_list(self, name: str) -> list[str]:
         return [s.strip() for s in (self.get(name) or "").split(",") if s.strip()]
-
-    def overridden(self) -> dict[str, str]:
-        return dict(self._overrides)

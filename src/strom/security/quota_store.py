@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from strom.cluster.metadata import atomic_write, require_connected
+from strom.cluster.metadata import require_connected
 from strom.cluster.zk_layout import desanitize, sanitize
 from strom.security.quotas import QUOTA_KEYS, QuotaEntity
+from strom.storage.atomic import write_atomic
 
 QUOTA_FILE = "quotas.json"
 CONFIG_CHANGES = "/config/changes"
@@ -70,7 +71,7 @@ class LocalQuotaStore:
             doc = {"version": 1, "entities": [
                 {"user": e.user, "client_id": e.client_id, "quotas": q}
                 for e, q in sorted(quotas.items(), key=lambda kv: (kv[0].user or "", kv[0].client_id or ""))]}
-            atomic_write(self.path, json.dumps(doc, indent=1).encode())
+            write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
 
 # One encoding for every entity name under /config (SCRAM users too): cluster/zk_layout.py's.

@@ -12,6 +12,7 @@ makes it ask Metadata again and go on, until pollTimeoutMs passes without progre
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -47,20 +48,24 @@ FIRST_RECORD_GUESS = 1024  # bytes per record assumed before the first response 
 SOCKET_TIMEOUT_S = 30.0
 RETRY_PAUSE_S = 0.2
 
-# Kafka error codes after which the leader is looked up again and the Fetch retried.
-NOT_LEADER_OR_FOLLOWER = 6
-RETRIABLE = frozenset({
-    3,   # UNKNOWN_TOPIC_OR_PARTITION (a new leader that has not loaded the partition yet)
-    5,   # LEADER_NOT_AVAILABLE
-    6,   # NOT_LEADER_OR_FOLLOWER
-    7,   # REQUEST_TIMED_OUT
-    9,   # REPLICA_NOT_AVAILABLE
-    19,  # NOT_ENOUGH_REPLICAS
-    56,  # KAFKA_STORAGE_ERROR
-    74,  # FENCED_LEADER_EPOCH
-    75,  # UNKNOWN_LEADER_EPOCH
-})
-OFFSET_OUT_OF_RANGE = 1
+
+@functools.cache
+def retriable() -> frozenset[int]:
+    """Kafka's error codes after which the leader is looked up again and the Fetch retried (made on
+    first use: strom.protocol.errors loads kio, which importing this module does not)."""
+    from strom.protocol.errors import ErrorCode as E
+
+    return frozenset({
+        E.unknown_topic_or_partition,  # a new leader that has not loaded the partition yet
+        E.leader_not_available,
+        E.not_leader_or_follower,
+        E.request_timed_out,
+        E.replica_not_available,
+        E.not_enough_replicas,
+        E.kafka_storage_error,
+        E.fenced_leader_epoch,
+        E.unknown_leader_epoch,
+    })
 
 
 _numba_usable: bool | None = None
@@ -259,7 +264,7 @@ class PartitionClient:
             name = ErrorCode(code).name.upper()
         except ValueError:
             name = str(code)
-        if code in RETRIABLE:
+        if code in retriable():
             self.close()  # maybe no longer the leader: look it up again
             raise _Retry(f"{what}: {name}")
         raise RuntimeError(f"{what} of {self.topic}-{self.partition}: error {name}")
@@ -270,6 +275,7 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
     ``batch_rows`` rows (slices of one Fetch response's columns: no copy)."""
     import pyarrow as pa
 
+    from strom.protocol.errors import ErrorCode
     from strom.spark import decode as dec
 
     if r.until_offset <= r.from_offset:
@@ -316,7 +322,7 @@ def read_range(options: SourceOptions, r: OffsetRange, *, batch_rows: int = BATC
             max_bytes = max(MIN_FETCH_BYTES, min(MAX_FETCH_BYTES, want))
             p = retrying(client.fetch, start, max_bytes)
             code = int(p.error_code)
-            if code == OFFSET_OUT_OF_RANGE:
+            if code == ErrorCode.offset_out_of_range:
                 low, high = read_watermarks()
                 if start < low:
                     lost_before_log_start(name, start, until, low, fail)

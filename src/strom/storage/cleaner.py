@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from strom import clock
 from strom.records.batch import BatchHeader, read_header
 from strom.records.codec import max_inflated_size
 from strom.records.control import read_marker
@@ -58,7 +59,8 @@ from strom.records.filter import (
     filter_batch,
     parse_records,
 )
-from strom.storage.checkpoint import OffsetCheckpointFile, fsync_dir
+from strom.storage.atomic import fsync_dir
+from strom.storage.checkpoint import OffsetCheckpointFile
 from strom.storage.segment import LOG_SUFFIX, LogSegment, file_name, iter_headers
 from strom.storage.swap import CLEANED_SUFFIX
 from strom.storage.txn_index import AbortedTxn
@@ -526,7 +528,7 @@ class LogCleaner:
         self.log_manager = log_manager
         self._config = config
         self._run_on_owner = run_on_owner
-        self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
+        self._now_ms = now_ms or clock.now_ms
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None

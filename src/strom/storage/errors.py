@@ -17,11 +17,5 @@ class CorruptIndex(StorageError):
     """An index entry that does not point at the batch it claims; the index is rebuilt from the log."""
 
 
-class CorruptLog(StorageError):
-    """Bytes in a segment below the recovery point that are not a valid batch."""
-
-    error = "corrupt_message"
-
-
 class InconsistentMetadata(StorageError):
     """A log directory's meta.properties belongs to another broker id or cluster."""

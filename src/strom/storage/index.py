@@ -14,7 +14,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from strom.storage.checkpoint import write_atomic
+from strom.storage.atomic import write_atomic
 
 _TIME_ENTRY = struct.Struct(">qi")
 _LITTLE = sys.byteorder == "little"

@@ -12,7 +12,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
 
-from strom.storage.checkpoint import format_entries, fsync_path, parse_entries, write_atomic
+from strom.storage.atomic import fsync_path, write_atomic
+from strom.storage.checkpoint import format_entries, parse_entries
 
 log = logging.getLogger(__name__)
 

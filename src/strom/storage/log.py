@@ -13,12 +13,12 @@ import logging
 import os
 import re
 import threading
-import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from strom import clock
 from strom.records.batch import (
     HEADER_SIZE,
     NO_PRODUCER_ID,
@@ -31,7 +31,7 @@ from strom.records.batch import (
 )
 from strom.records.codec import iter_timestamps, max_inflated_size
 from strom.records.control import Marker, read_marker
-from strom.storage.checkpoint import fsync_dir, fsync_path
+from strom.storage.atomic import fsync_dir, fsync_path
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
 from strom.storage.leader_epoch import LeaderEpochFileCache
 from strom.storage.producer_state import ProducerStateManager
@@ -60,8 +60,8 @@ def _at_zero(header: BatchHeader) -> BatchHeader:
     return dataclasses.replace(header, position=0)
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+# The name broker/txn_markers.py imports; strom.clock.now_ms is the one clock.
+wall_clock_ms = clock.now_ms
 
 
 @dataclass
@@ -161,7 +161,7 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
-        now_ms: Callable[[], int] = wall_clock_ms,
+        now_ms: Callable[[], int] = clock.now_ms,
     ) -> PartitionLog:
         """Open (creating if needed) a partition directory and recover it.
 

@@ -20,16 +20,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strom import clock
+from strom.storage.atomic import fsync_dir, write_atomic
 from strom.storage.checkpoint import (
     OffsetCheckpointFile,
     PartitionMetadataFile,
-    fsync_dir,
     read_properties,
-    write_atomic,
     write_properties,
 )
 from strom.storage.errors import InconsistentMetadata
-from strom.storage.log import LogConfig, PartitionLog, wall_clock_ms
+from strom.storage.log import LogConfig, PartitionLog
 from strom.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class LogManager:
         self,
         log_dirs: list[Path],
         default_config: LogConfig,
-        now_ms: Callable[[], int] = wall_clock_ms,
+        now_ms: Callable[[], int] = clock.now_ms,
         *,
         broker_id: int = 0,
         cluster_id: str | None = None,

@@ -22,7 +22,7 @@ import crc32c
 
 from strom.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from strom.records.control import Marker
-from strom.storage.checkpoint import write_atomic
+from strom.storage.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

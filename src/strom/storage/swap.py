@@ -25,7 +25,7 @@ import logging
 import os
 from pathlib import Path
 
-from strom.storage.checkpoint import fsync_dir
+from strom.storage.atomic import fsync_dir
 from strom.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.topics import (
-    INVALID_PARTITIONS,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    TopicError,
-    refuse_excessive_partitions,
-)
+from strom.broker.topics import TopicError, refuse_excessive_partitions
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -20,8 +16,6 @@ API_KEY = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
 
-TOPIC_AUTHORIZATION_FAILED = 29
-
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     checked: list[tuple[Any, TopicError | None]] = []
@@ -30,12 +24,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     for t in request.topics:
         try:
             if not broker.acls.allowed(ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name):
-                raise TopicError(TOPIC_AUTHORIZATION_FAILED, f"Not authorized to alter topic '{t.name}'.")
+                raise TopicError(E.topic_authorization_failed, f"Not authorized to alter topic '{t.name}'.")
             info = broker.metadata.get_topic(t.name)
             if info is None:
-                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
+                raise TopicError(E.unknown_topic_or_partition, f"Topic '{t.name}' does not exist.")
             if t.count <= info.partitions:
-                raise TopicError(INVALID_PARTITIONS,
+                raise TopicError(E.invalid_partitions,
                                  f"Topic currently has {info.partitions} partitions, which is higher than or "
                                  f"equal to the requested {t.count}.")
             if t.name not in counted:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError, refuse_excessive_partitions
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -15,9 +16,6 @@ API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
 
-TOPIC_AUTHORIZATION_FAILED = 29
-
-INVALID_REQUEST = 42
 SOURCE_CODES = {
     "DYNAMIC_TOPIC_CONFIG": 1,
     "DYNAMIC_BROKER_CONFIG": 2,
@@ -63,10 +61,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "configs": None}
         try:
             if t.name in seen:
-                raise TopicError(INVALID_REQUEST, f"Create topics request had '{t.name}' more than once.")
+                raise TopicError(E.invalid_request, f"Create topics request had '{t.name}' more than once.")
             seen.add(t.name)
             if t.name in denied:
-                raise TopicError(TOPIC_AUTHORIZATION_FAILED, f"Not authorized to create topic '{t.name}'.")
+                raise TopicError(E.topic_authorization_failed, f"Not authorized to create topic '{t.name}'.")
             if validate_only:
                 p = broker.config.num_partitions if partitions == -1 else partitions
                 r = broker.config.default_replication_factor if rf == -1 else rf

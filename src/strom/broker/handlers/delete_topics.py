@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -14,11 +15,6 @@ if TYPE_CHECKING:
 API_KEY = 20
 MIN_VERSION = 1
 MAX_VERSION = 6
-
-TOPIC_AUTHORIZATION_FAILED = 29
-
-UNKNOWN_TOPIC_ID = 100
-TOPIC_DELETION_DISABLED = 73
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -32,15 +28,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         if name is None and topic_id is not None:
             info = broker.metadata.topic_by_id(topic_id)
             if info is None:
-                entry.update(error_code=UNKNOWN_TOPIC_ID, error_message="unknown topic id")
+                entry.update(error_code=E.unknown_topic_id, error_message="unknown topic id")
                 results.append(entry)
                 continue
             name = info.name
             entry["name"] = name
         if not broker.acls.allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, name or ""):
-            entry.update(error_code=TOPIC_AUTHORIZATION_FAILED, error_message=None)
+            entry.update(error_code=E.topic_authorization_failed, error_message=None)
         elif not broker.config.delete_topic_enable:
-            entry.update(error_code=TOPIC_DELETION_DISABLED, error_message="delete.topic.enable is false")
+            entry.update(error_code=E.topic_deletion_disabled, error_message="delete.topic.enable is false")
         else:
             try:
                 info = broker.metadata.get_topic(name or "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.handlers.create_topics import SOURCE_CODES
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
@@ -18,8 +19,6 @@ MAX_VERSION = 4
 
 TOPIC = 2
 BROKER = 4
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -37,18 +36,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         elif r.resource_type == TOPIC:
             info = broker.metadata.get_topic(r.resource_name)
             if info is None:
-                result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message="unknown topic")
+                result.update(error_code=E.unknown_topic_or_partition, error_message="unknown topic")
             else:
                 entries = describe_topic_config(broker.config, info.configs)
         elif r.resource_type == BROKER:
             if r.resource_name == "":
                 entries = [e for e in broker.config.describe() if e.name in broker.config.dynamic_default]
             elif r.resource_name != str(broker.config.broker_id):
-                result.update(error_code=INVALID_REQUEST, error_message=f"unknown broker {r.resource_name}")
+                result.update(error_code=E.invalid_request, error_message=f"unknown broker {r.resource_name}")
             else:
                 entries = broker.config.describe()
         else:
-            result.update(error_code=INVALID_REQUEST, error_message=f"unsupported resource type {r.resource_type}")
+            result.update(error_code=E.invalid_request, error_message=f"unsupported resource type {r.resource_type}")
         if entries is not None:
             keys = set(r.configuration_keys) if r.configuration_keys is not None else None
             synonyms = bool(getattr(request, "include_synonyms", False))

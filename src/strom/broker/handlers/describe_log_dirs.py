@@ -6,6 +6,7 @@ import os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
@@ -14,13 +15,12 @@ if TYPE_CHECKING:
 
 API_KEY = 35
 MIN_VERSION = 1
-CLUSTER_AUTHORIZATION_FAILED = 31
 MAX_VERSION = 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     if not broker.acls.cluster_allowed(ctx, AclOperation.DESCRIBE):
-        return {"throttle_time": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": []}
+        return {"throttle_time": 0, "error_code": E.cluster_authorization_failed, "results": []}
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in request.topics}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -13,8 +14,6 @@ if TYPE_CHECKING:
 API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 10
-
-TOPIC_AUTHORIZATION_FAILED = 29
 
 LATEST = -1
 EARLIEST = -2
@@ -52,7 +51,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         parts = []
         for p in t.partitions:
             if t.name in denied:
-                parts.append({"partition_index": p.partition_index, "error_code": TOPIC_AUTHORIZATION_FAILED,
+                parts.append({"partition_index": p.partition_index, "error_code": E.topic_authorization_failed,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             plog, error, epoch = broker.leader_log(t.name, p.partition_index,

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
+from strom.clock import now_ms
 from strom.coordinator.txn_records import TxnState
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
@@ -30,7 +30,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     unknown = sorted(states - set(_STATES))
     pids = set(request.producer_id_filters)
     min_duration = getattr(request, "duration_filter", -1)
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     listed = []
     for txn_id, meta in sorted(coord.shard.txns.items()):
         if coord.error_for(txn_id) is not E.none:

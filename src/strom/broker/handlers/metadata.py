@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError
 from strom.cluster.metadata import TopicInfo
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -16,12 +17,7 @@ API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 12
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-UNKNOWN_TOPIC_ID = 100
 NOT_REQUESTED = -2147483648  # the schema's default for the authorized operations fields
-
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 def cluster_authorized_operations(broker: Broker, ctx: RequestContext, requested: bool) -> int:
@@ -68,7 +64,7 @@ def _cluster_topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
         state = store.state(topic.name, p)
         leader = state.leader if state is not None and state.leader in live else -1
         partitions.append({
-            "error_code": 0 if leader >= 0 else LEADER_NOT_AVAILABLE,
+            "error_code": 0 if leader >= 0 else E.leader_not_available,
             "partition_index": p,
             "leader_id": leader,
             "leader_epoch": state.leader_epoch if state is not None else -1,
@@ -130,34 +126,34 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 topic = md.topic_by_id(rt.topic_id)
                 if topic is None or not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
                     # A topic the principal may not see is as unknown as a missing one.
-                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
+                    topics.append({"error_code": E.unknown_topic_id, "name": None, "topic_id": rt.topic_id,
                                    "partitions": []})
                     continue
             elif name is not None and not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
-                topics.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                topics.append({"error_code": E.topic_authorization_failed, "name": name, "partitions": []})
                 continue
             elif name is not None:
                 topic = md.get_topic(name)
                 if topic is None and broker.topics.being_created(name):
                     # Kafka's answer while a topic's partitions are not ready yet: clients retry.
-                    topics.append({"error_code": LEADER_NOT_AVAILABLE, "name": name, "partitions": []})
+                    topics.append({"error_code": E.leader_not_available, "name": name, "partitions": []})
                     continue
                 if topic is None and allow_auto and broker.config.auto_create_topics_enable:
                     if not (acls.cluster_allowed(ctx, AclOperation.CREATE)
                             or acls.allowed(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
-                        topics.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                        topics.append({"error_code": E.topic_authorization_failed, "name": name, "partitions": []})
                         continue
                     try:
                         if broker.cluster is not None:
                             broker.topics.start_auto_create(name)
-                            topics.append({"error_code": LEADER_NOT_AVAILABLE, "name": name, "partitions": []})
+                            topics.append({"error_code": E.leader_not_available, "name": name, "partitions": []})
                             continue
                         topic = broker.topics.create(name)
                     except TopicError as e:
                         topics.append({"error_code": e.error_code, "name": name, "partitions": []})
                         continue
             if topic is None:
-                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
+                topics.append({"error_code": E.unknown_topic_or_partition, "name": name, "partitions": []})
             else:
                 topics.append(topic_entry(broker, topic))
     if getattr(request, "include_topic_authorized_operations", False):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
-
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -34,7 +33,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
         parts = []
         for p in t.partitions:
             if t.topic in denied:
-                parts.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "partition": p.partition, "leader_epoch": -1,
+                parts.append({"error_code": E.topic_authorization_failed, "partition": p.partition, "leader_epoch": -1,
                               "end_offset": -1})
                 continue
             plog, error, _ = broker.leader_log(t.topic, p.partition, getattr(p, "current_leader_epoch", -1))

@@ -1,0 +1,57 @@
+"""Atomic file writes: write a temporary file, fsync it, rename it over the old one, fsync the
+directory, so a crash leaves either the old file or the new one, never a torn mix. Storage writes its
+checkpoints this way, and cluster/ and security/ their metadata, ACL, quota and credential files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file by name; a file deleted meanwhile has nothing left to make durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, fsync: bool = True, fsync_directory: bool = True,
+                 mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data``. Without fsync the rename is still atomic, not yet durable.
+    ``fsync_directory=False``: the caller fsyncs the directory itself (once for many files).
+    ``mode`` is given to the temporary file as it is created, before any byte is in it, and the
+    rename keeps it: a private file (no rights for group or others, e.g. 0o600) is never readable by
+    others, not even for a moment. For a private file, a temporary file left by a crash is removed
+    rather than reused: an existing file keeps its own mode, and whoever has it open keeps reading."""
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    if not mode & 0o077:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    fd = os.open(tmp, flags, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync and fsync_directory:
+        fsync_dir(path.parent)
