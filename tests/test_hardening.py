@@ -303,13 +303,13 @@ def test_duplicate_resources_are_found_in_one_pass() -> None:
     from strom.broker.config_admin import alter_resources
 
     altered: list[str] = []
-    admin = SimpleNamespace(broker=SimpleNamespace(acls=SimpleNamespace(config_resource_error=lambda *a: 0)),
-                            alter=lambda _type, name, _configs, _validate_only: altered.append(name))
+    admin = SimpleNamespace(alter=lambda _type, name, _configs, _validate_only: altered.append(name))
+    acls = SimpleNamespace(config_resource_error=lambda *a: 0)
     names = [CountingName(f"t{i}") for i in range(RESOURCES)] + [CountingName("t7"), CountingName("t7")]
     request = SimpleNamespace(validate_only=False, resources=[
         SimpleNamespace(resource_type=TOPIC_RESOURCE, resource_name=n, configs=()) for n in names])
     CountingName.comparisons = 0
-    response = alter_resources(admin, None, request, lambda r: {})  # type: ignore[arg-type]
+    response = alter_resources(admin, acls, None, request, lambda r: {})  # type: ignore[arg-type]
     assert CountingName.comparisons < 4 * len(names), CountingName.comparisons
     codes = [r["error_code"] for r in response["responses"]]
     assert [i for i, code in enumerate(codes) if code] == [7, RESOURCES, RESOURCES + 1]

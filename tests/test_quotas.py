@@ -184,15 +184,14 @@ def test_idle_clients_buckets_are_forgotten(tmp_path) -> None:  # type: ignore[n
     """Under a default client-id quota every client id gets its own bucket; once a client has been
     idle long enough for its bucket to refill, the bucket goes (it equals a new one), so a stream
     of short-lived client ids does not grow the broker's memory without end. Active ones stay."""
-    from types import SimpleNamespace
-
     from strom.broker.context import RequestContext
     from strom.broker.quota_manager import PRODUCE, SWEEP_EVERY_S, QuotaManager
     from strom.config import BrokerConfig
+    from strom.security.quota_store import LocalQuotaStore
     from strom.security.quotas import DEFAULT, PRODUCER_BYTE_RATE, QuotaEntity
 
     config = BrokerConfig.load(None, [f"log.dirs={tmp_path}", "quota.window.num=3", "quota.window.size.seconds=1"])
-    manager = QuotaManager(SimpleNamespace(config=config, cluster=None, spawn=None))  # type: ignore[arg-type]
+    manager = QuotaManager(config, LocalQuotaStore(tmp_path), spawn=None)  # type: ignore[arg-type]
     manager.quotas = {QuotaEntity(None, DEFAULT): {PRODUCER_BYTE_RATE: 1000.0}}  # every client id: 1000 B/s
 
     def produce(client_id: str, size: int, now: float) -> int:

@@ -16,13 +16,12 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Protocol
 
 from strom.broker.connection_quotas import ConnectionQuotas, normalise_address
 
 if TYPE_CHECKING:
-    from strom.broker.connection import KafkaConnection
     from strom.config.broker import Listener
 
 log = logging.getLogger("strom.connection")
@@ -95,10 +94,23 @@ class ConnectionSlot:
             self._limits.released(self)
 
 
-class ConnectionLimits:
-    """The quotas and the acceptors waiting on them, on the broker's event loop."""
+class OpenConnection(Protocol):
+    """What the limits use of an open connection (strom.broker.connection.KafkaConnection)."""
 
-    def __init__(self, quotas: ConnectionQuotas, connections: set[KafkaConnection]) -> None:
+    @property
+    def listener(self) -> str: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def last_active(self) -> float: ...
+    def close(self, reason: str) -> None: ...
+
+
+class ConnectionLimits:
+    """The quotas and the acceptors waiting on them, on the broker's event loop. ``connections`` is
+    the broker's set of open connections (read when room must be made)."""
+
+    def __init__(self, quotas: ConnectionQuotas, connections: Collection[OpenConnection]) -> None:
         self.quotas = quotas
         self.connections = connections
         self._waiters: list[asyncio.Future[None]] = []
@@ -160,10 +172,11 @@ class ConnectionLimits:
 
 
 class Acceptor:
-    """Accepts one listener's connections on its sockets and hands them to KafkaConnection."""
+    """Accepts one listener's connections on its sockets and hands each, with its slot in the
+    connection limits, to ``protocol`` (which makes the KafkaConnection)."""
 
     def __init__(self, listener: Listener, sockets: list[socket.socket], limits: ConnectionLimits,
-                 protocol: Callable[[ConnectionSlot], KafkaConnection], ssl_context: ssl.SSLContext | None,
+                 protocol: Callable[[ConnectionSlot], asyncio.BaseProtocol], ssl_context: ssl.SSLContext | None,
                  handshake_timeout: float | None) -> None:
         self.listener = listener
         self.sockets = sockets

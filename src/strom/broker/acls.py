@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.reloader import Reloader
 from strom.security.acl import (
@@ -19,11 +19,11 @@ from strom.security.acl import (
     AclOperation,
     ResourceType,
 )
-from strom.security.acl_store import AclStore, LocalAclStore, ZkAclStore
+from strom.security.acl_store import AclStore, ZkAclStore
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
-    from strom.broker.server import Broker
+    from strom.config import BrokerConfig
 
 log = logging.getLogger("strom.security")
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -32,18 +32,17 @@ CONFIG_RESOURCE_TOPIC = 2  # DescribeConfigs' resource types: 2 topic, 4 broker,
 audit = logging.getLogger("strom.audit")
 
 class AclManager:
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
-        self.broker = broker
+    """``config``: the static settings (authorizer.class.name, super.users,
+    allow.everyone.if.no.acl.found); ``store``: where the ACLs are kept (a file on one broker,
+    ZooKeeper in a cluster); ``spawn`` runs the reloads a store's watch asks for."""
+
+    def __init__(self, config: BrokerConfig, store: AclStore,
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]]) -> None:
         self.authorizer: AclAuthorizer | None = None
-        if cfg.authorizer_class_name:
-            self.authorizer = AclAuthorizer(cfg.super_users, cfg.allow_everyone_if_no_acl_found)
-        self.store: AclStore
-        if broker.cluster is not None:
-            self.store = ZkAclStore(broker.cluster.store.zk)
-        else:
-            self.store = LocalAclStore(list(cfg.log_dirs)[0])
-        self._reloader = Reloader("ACLs", self.store.load, self._apply, broker.spawn)
+        if config.authorizer_class_name:
+            self.authorizer = AclAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)
+        self.store = store
+        self._reloader = Reloader("ACLs", self.store.load, self._apply, spawn)
 
     @property
     def enabled(self) -> bool:

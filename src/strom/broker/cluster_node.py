@@ -44,7 +44,7 @@ class ClusterNode:
         await self.store.run(self.credentials.start)
         await asyncio.sleep(0)  # the cache updates queued by the first watches are applied now
         # Dynamic broker configs live in ZooKeeper (/config/brokers).
-        broker.config = load_persisted(broker.config, self.store)
+        broker.live_config.replace(load_persisted(broker.config, self.store))
         broker.log_manager.default_config = log_config_for(broker.config, {})
         self.store.listeners.append(self._on_event)
         log.info("connected to ZooKeeper at %s (cluster id %s)", self.store.connect_string, self.store.cluster_id)

@@ -20,7 +20,6 @@ from strom.config import (
     BrokerConfig,
     ConfigError,
     check_dynamic_names,
-    log_config_for,
     no_effect_warnings,
     topic_config_values,
     validate_topic_configs,
@@ -30,9 +29,12 @@ from strom.config._defs import ConfigType, format_value
 from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
+    from strom.broker.acls import AclManager
     from strom.broker.context import RequestContext
-    from strom.broker.server import Broker
-    from strom.cluster.metadata import MetadataStore
+    from strom.cluster.metadata import MetadataStore, TopicInfo
+    from strom.config import LiveConfig
+    from strom.storage.log import LogConfig
+    from strom.storage.log_manager import LogManager
 
 log = logging.getLogger("strom.configs")
 
@@ -79,31 +81,40 @@ def load_persisted(config: BrokerConfig, metadata: MetadataStore) -> BrokerConfi
 
 
 class ConfigAdmin:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """``config`` is the broker's, replaced here when a dynamic broker config changes;
+    ``topic_log_config`` is a topic's LogConfig under the current config (TopicManager.log_config);
+    ``config_changed`` tells retention and the log cleaner to look again (LogMaintenance)."""
+
+    def __init__(self, config: LiveConfig, metadata: MetadataStore, log_manager: LogManager,
+                 topic_log_config: Callable[[TopicInfo], LogConfig], config_changed: Callable[[], None]) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._log_manager = log_manager
+        self._topic_log_config = topic_log_config
+        self._config_changed = config_changed
 
     # ---- resources -------------------------------------------------------------------------------
 
     def broker_level(self, resource_name: str) -> str:
         """The metadata key of a BROKER resource: "" or this broker's id; anything else is refused."""
-        if resource_name in ("", str(self.broker.config.broker_id)):
+        if resource_name in ("", str(self._config.value.broker_id)):
             return resource_name
         raise ConfigChangeError(
             INVALID_REQUEST,
-            f"Unexpected broker id, expected {self.broker.config.broker_id} or empty string, but received "
+            f"Unexpected broker id, expected {self._config.value.broker_id} or empty string, but received "
             f"{resource_name}",
         )
 
     def current(self, resource_type: int, resource_name: str) -> dict[str, str]:
         """The overrides a resource has now (a topic's configs, a broker level's dynamic configs)."""
         if resource_type == TOPIC:
-            info = self.broker.metadata.get_topic(resource_name)
+            info = self._metadata.get_topic(resource_name)
             if info is None:
                 raise ConfigChangeError(UNKNOWN_TOPIC_OR_PARTITION,
                                         f"Topic '{resource_name}' does not exist.")
             return dict(info.configs)
         if resource_type == BROKER:
-            return self.broker.metadata.broker_configs(self.broker_level(resource_name))
+            return self._metadata.broker_configs(self.broker_level(resource_name))
         raise ConfigChangeError(INVALID_REQUEST, f"Unsupported resource type {resource_type}: only topics "
                                                  "(2) and brokers (4) have configs that can be altered")
 
@@ -156,9 +167,9 @@ class ConfigAdmin:
         if name in configs:
             text = configs[name]
         elif resource_type == TOPIC:
-            text = format_value(topic_config_values(self.broker.config, {})[name]) or ""
+            text = format_value(topic_config_values(self._config.value, {})[name]) or ""
         else:
-            text = format_value(self.broker.config.get(name)) or ""
+            text = format_value(self._config.value.get(name)) or ""
         return [s.strip() for s in text.split(",") if s.strip()]
 
     # ---- validate, persist, apply ----------------------------------------------------------------
@@ -168,13 +179,13 @@ class ConfigAdmin:
         self.current(resource_type, resource_name)  # the resource exists
         try:
             if resource_type == TOPIC:
-                validate_topic_configs(configs, self.broker.config)
+                validate_topic_configs(configs, self._config.value)
                 return None
             check_dynamic_names(configs)
             level = self.broker_level(resource_name)
-            default = configs if level == "" else self.broker.metadata.broker_configs("")
-            mine = configs if level != "" else self.broker.metadata.broker_configs(str(self.broker.config.broker_id))
-            return with_dynamic_configs(self.broker.config, default, mine)
+            default = configs if level == "" else self._metadata.broker_configs("")
+            mine = configs if level != "" else self._metadata.broker_configs(str(self._config.value.broker_id))
+            return with_dynamic_configs(self._config.value, default, mine)
         except ConfigError as e:
             raise ConfigChangeError(INVALID_CONFIG, str(e)) from None
 
@@ -192,7 +203,7 @@ class ConfigAdmin:
                new_broker_config: BrokerConfig | None) -> None:
         if resource_type == TOPIC:
             before = self.current(TOPIC, resource_name)
-            self.broker.metadata.set_topic_configs(resource_name, configs)
+            self._metadata.set_topic_configs(resource_name, configs)
             self.apply_topic(resource_name)
             log.info("topic %s configs are now %s", resource_name, configs)
             # Once per change, not again for a later change of another key.
@@ -201,28 +212,29 @@ class ConfigAdmin:
                 log.warning("%s", line)
         else:
             assert new_broker_config is not None
-            self.broker.metadata.set_broker_configs(self.broker_level(resource_name), configs)
+            self._metadata.set_broker_configs(self.broker_level(resource_name), configs)
             self.apply_broker_config(new_broker_config)
             log.info("dynamic broker configs (%s) are now %s", resource_name or "cluster default", configs)
 
     def apply_topic(self, name: str) -> None:
-        info = self.broker.metadata.get_topic(name)
+        info = self._metadata.get_topic(name)
         if info is None:
             return
-        self.broker.log_manager.update_config(name, self.broker.topics.log_config(info))
-        self.broker.maintenance.config_changed()
+        self._log_manager.update_config(name, self._topic_log_config(info))
+        self._config_changed()
 
     def apply_broker_config(self, config: BrokerConfig) -> None:
-        broker = self.broker
-        broker.config = config
-        broker.log_manager.default_config = log_config_for(config, {})
-        for info in broker.metadata.topics().values():
-            broker.log_manager.update_config(info.name, broker.topics.log_config(info))
-        broker.maintenance.config_changed()
+        """Put a new broker config in force (its subscribers hear of it: the log manager's defaults)
+        and give every topic its log config under it."""
+        self._config.replace(config)
+        for info in self._metadata.topics().values():
+            self._log_manager.update_config(info.name, self._topic_log_config(info))
+        self._config_changed()
 
 
 def alter_resources(
-    admin: ConfigAdmin, ctx: RequestContext, request: Any, new_configs: Callable[[Any], dict[str, str]]
+    admin: ConfigAdmin, acls: AclManager, ctx: RequestContext, request: Any,
+    new_configs: Callable[[Any], dict[str, str]],
 ) -> dict[str, Any]:
     """The response shared by AlterConfigs and IncrementalAlterConfigs: per resource, refuse a
     duplicate, compute its new overrides with ``new_configs`` and apply them (or only validate).
@@ -237,8 +249,7 @@ def alter_resources(
         try:
             if times[(r.resource_type, r.resource_name)] > 1:
                 raise ConfigChangeError(INVALID_REQUEST, f"Duplicate resource {r.resource_name!r} in the request")
-            refused = admin.broker.acls.config_resource_error(ctx, AclOperation.ALTER_CONFIGS, int(r.resource_type),
-                                                              r.resource_name)
+            refused = acls.config_resource_error(ctx, AclOperation.ALTER_CONFIGS, int(r.resource_type), r.resource_name)
             if refused:
                 raise ConfigChangeError(refused, f"Not authorized to alter the configs of {r.resource_name!r}")
             admin.alter(r.resource_type, r.resource_name, new_configs(r), bool(request.validate_only))

@@ -19,8 +19,8 @@ import itertools
 import logging
 import struct
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from strom.broker.context import QUOTA_EXEMPT, RequestContext
 from strom.protocol import splice, wire
@@ -32,7 +32,12 @@ from strom.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, 
 
 if TYPE_CHECKING:
     from strom.broker.acceptor import ConnectionSlot
-    from strom.broker.server import Broker
+    from strom.broker.handlers import ApiHandler
+    from strom.broker.metrics import BrokerMetrics
+    from strom.broker.quota_manager import QuotaManager
+    from strom.config import BrokerConfig
+    from strom.security.listener import ListenerSecurity
+    from strom.security.scram import ScramCredential
 
 log = logging.getLogger("strom.connection")
 _ids = itertools.count(1)
@@ -44,6 +49,27 @@ _SASL_APIS = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 
 
 Outgoing = bytes | list[bytes | memoryview] | None  # a frame, a frame in pieces (spliced), or none
+
+
+class Server(Protocol):
+    """What a connection uses of the broker that accepted it. The same object is the context the
+    handlers are called with (``handler.handle(server, ctx, request)``); the connection passes it on
+    as it is and uses nothing else of it."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def security(self) -> Mapping[str, ListenerSecurity]: ...
+    @property
+    def connections(self) -> set[KafkaConnection]: ...
+    @property
+    def handlers(self) -> Mapping[int, ApiHandler]: ...
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+    @property
+    def quotas(self) -> QuotaManager: ...
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+    def api_versions_body(self, error_code: int = 0) -> dict[str, Any]: ...
 
 
 class _Slot:
@@ -58,7 +84,7 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: str = "", slot: ConnectionSlot | None = None) -> None:
+    def __init__(self, broker: Server, listener: str = "", slot: ConnectionSlot | None = None) -> None:
         self.broker = broker
         self.listener = listener  # the name of the listener this connection was accepted on
         self.slot = slot  # its place in the connection quotas, given back when it closes

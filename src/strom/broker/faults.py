@@ -25,7 +25,8 @@ import collections
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.broker.handlers import ApiHandler, Result
 from strom.protocol import wire
@@ -34,7 +35,6 @@ from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
-    from strom.broker.server import Broker
 
 log = logging.getLogger("strom.broker.faults")
 
@@ -47,24 +47,49 @@ def kafka_name(handler_name: str) -> str:
     return "".join(part.capitalize() for part in handler_name.split("_"))
 
 
-def attach_from_environment(broker: Broker) -> FaultInjector | None:
+class Connection(Protocol):
+    """What fault injection uses of a client connection: its transport, to abort it."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+
+class Target(Protocol):
+    """What fault injection acts on: the broker's handler table (swapped in place), its open
+    connections, its services (the injector joins them) and its stop."""
+
+    @property
+    def handlers(self) -> dict[int, ApiHandler]: ...
+    @property
+    def connections(self) -> Collection[Connection]: ...
+    @property
+    def services(self) -> list[Any]: ...
+    def request_stop(self) -> None: ...
+
+
+def attach_from_environment(broker: Target) -> FaultInjector | None:
     """Give ``broker`` fault injection if (and only if) its parent asked for it in the environment."""
     spec = os.environ.pop(ENV, None)  # not inherited by anything this process starts
     if not spec:
         return None
     host, port, token = spec.rsplit(":", 2)
-    injector = FaultInjector(broker, host, int(port), token)
+    injector = FaultInjector(broker.handlers, broker.connections, broker.request_stop, host, int(port), token)
     broker.services.append(injector)
     return injector
 
 
 class FaultInjector:
-    """A broker service (started first, stopped last): the control channel and the error queues."""
+    """A broker service (started first, stopped last): the control channel and the error queues.
+    ``handlers`` is the broker's handler table itself: an API with errors queued gets a wrapping
+    handler in it; ``request_stop`` stops the broker when the control channel closes."""
 
-    def __init__(self, broker: Broker, host: str, port: int, token: str) -> None:
+    def __init__(self, handlers: dict[int, ApiHandler], connections: Collection[Connection],
+                 request_stop: Callable[[], None], host: str, port: int, token: str) -> None:
         if host != "127.0.0.1":
             raise ValueError(f"{ENV}: the control channel is loopback only, not {host}")
-        self.broker = broker
+        self._handlers_table = handlers
+        self._connections = connections
+        self._request_stop = request_stop
         self.address = (host, port)
         self.token = token
         # api key -> queue of [error code, requests left]; first come, first served.
@@ -99,7 +124,7 @@ class FaultInjector:
         # strom.testing closes the channel to stop the broker, and so does its process ending: a
         # broker started by a test must not outlive it.
         log.info("fault-injection control channel closed: stopping")
-        self.broker.request_stop()
+        self._request_stop()
 
     def command(self, message: dict[str, Any]) -> dict[str, Any]:
         op = message["op"]
@@ -128,12 +153,12 @@ class FaultInjector:
         self.errors.setdefault(handler.api_key, collections.deque()).append([int(code), count])
         if handler.api_key not in self._originals:
             self._originals[handler.api_key] = handler
-            self.broker.handlers[handler.api_key] = ApiHandler(
+            self._handlers_table[handler.api_key] = ApiHandler(
                 handler.api_key, handler.name, handler.min_version, handler.max_version, self._intercept(handler))
         log.info("injecting %s into the next %d %s requests", code.name.upper(), count, api)
 
     def drop_connections(self) -> int:
-        connections = list(self.broker.connections)
+        connections = list(self._connections)
         for conn in connections:
             if conn.transport is not None:
                 conn.transport.abort()  # as a network failure: no goodbye, buffered responses lost
@@ -141,10 +166,10 @@ class FaultInjector:
         return len(connections)
 
     def _handlers(self) -> list[ApiHandler]:
-        return [self._originals.get(key, h) for key, h in self.broker.handlers.items()]
+        return [self._originals.get(key, h) for key, h in self._handlers_table.items()]
 
     def _intercept(self, original: ApiHandler) -> Any:
-        def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+        def handle(broker: Any, ctx: RequestContext, request: Any) -> Any:
             queue = self.errors.get(original.api_key)
             if not queue:
                 return original.handle(broker, ctx, request)
@@ -155,7 +180,7 @@ class FaultInjector:
                 queue.popleft()
                 if not queue:  # the API gets its own handler back
                     del self.errors[original.api_key]
-                    broker.handlers[original.api_key] = self._originals.pop(original.api_key)
+                    self._handlers_table[original.api_key] = self._originals.pop(original.api_key)
             return self._answer(ctx, request, code)
 
         return handle
@@ -170,5 +195,5 @@ class FaultInjector:
                               f"{name} injected by strom.testing")
 
     def _name(self, api_key: int) -> str:
-        handler = self._originals.get(api_key) or self.broker.handlers.get(api_key)
+        handler = self._originals.get(api_key) or self._handlers_table.get(api_key)
         return handler.name if handler is not None else str(api_key)

@@ -18,13 +18,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.storage.cleaner import CRASH_POINT_CONFIG, CleanerConfig, CleanerStopped, LogCleaner
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.config import LiveConfig
+    from strom.storage.log_manager import LogManager
 
 log = logging.getLogger("strom.maintenance")
 
@@ -32,19 +33,25 @@ T = TypeVar("T")
 
 
 class LogMaintenance:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """``config`` is read as each loop and cleaning round begins (dynamic broker configs count);
+    ``spawn`` runs the broker's background tasks (cancelled when it stops)."""
+
+    def __init__(self, config: LiveConfig, log_manager: LogManager,
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]]) -> None:
+        self._config = config
+        self._log_manager = log_manager
+        self._spawn = spawn
         self.cleaner: LogCleaner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
         self._wake_retention: asyncio.Event | None = None
         self.retention_passes = 0
         # Removed segment files are closed and unlinked off the loop (see LogManager.defer_deletions).
-        broker.log_manager.defer_deletions = True
+        log_manager.defer_deletions = True
 
     def cleaner_config(self) -> CleanerConfig:
         """Read at every cleaning round: dynamic broker config changes apply to the next one."""
-        c = self.broker.config
+        c = self._config.value
         return CleanerConfig(
             enabled=c.log_cleaner_enable and c.log_cleaner_threads > 0,
             backoff_ms=c.log_cleaner_backoff_ms,
@@ -59,10 +66,10 @@ class LogMaintenance:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._wake_retention = asyncio.Event()
-        self.broker.spawn(self._retention_loop())
-        self.broker.spawn(self._producer_expiration_loop())
-        if self.broker.config.log_cleaner_enable:
-            self.cleaner = LogCleaner(self.broker.log_manager, self.cleaner_config, run_on_owner=self._run_on_loop)
+        self._spawn(self._retention_loop())
+        self._spawn(self._producer_expiration_loop())
+        if self._config.value.log_cleaner_enable:
+            self.cleaner = LogCleaner(self._log_manager, self.cleaner_config, run_on_owner=self._run_on_loop)
             await loop.run_in_executor(None, self.cleaner.start)
 
     async def stop(self) -> None:
@@ -113,16 +120,16 @@ class LogMaintenance:
         """Kafka's PeriodicProducerExpirationCheck, every producer.id.expiration.check.interval.ms,
         on every log (leader or follower, as in Kafka). A dict walk per partition, on the loop."""
         while True:
-            await asyncio.sleep(self.broker.config.producer_id_expiration_check_interval_ms / 1000)
+            await asyncio.sleep(self._config.value.producer_id_expiration_check_interval_ms / 1000)
             try:
                 self.remove_expired_producers(time.time_ns() // 1_000_000)
             except Exception:
                 log.exception("producer id expiration check failed")
 
     def remove_expired_producers(self, now: int) -> int:
-        expiration_ms = self.broker.config.producer_id_expiration_ms
+        expiration_ms = self._config.value.producer_id_expiration_ms
         removed = 0
-        for plog in self.broker.log_manager.all_logs():
+        for plog in self._log_manager.all_logs():
             if not plog.closed:
                 removed += len(plog.producer_state.remove_expired_producers(now, expiration_ms))
         if removed:
@@ -134,7 +141,7 @@ class LogMaintenance:
     async def _retention_loop(self) -> None:
         assert self._wake_retention is not None
         while True:
-            interval = self.broker.config.log_retention_check_interval_ms / 1000
+            interval = self._config.value.log_retention_check_interval_ms / 1000
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake_retention.wait(), interval)
             self._wake_retention.clear()
@@ -148,7 +155,7 @@ class LogMaintenance:
     async def retention_pass(self) -> int:
         """One pass over every log (Kafka's cleanupLogs); returns the segments deleted."""
         loop = asyncio.get_running_loop()
-        lm = self.broker.log_manager
+        lm = self._log_manager
         deleted = 0
         for plog in lm.all_logs():
             if plog.closed:
@@ -166,4 +173,4 @@ class LogMaintenance:
         return deleted
 
     def _delete_due_files(self) -> Any:
-        return self.broker.log_manager.delete_due_files()
+        return self._log_manager.delete_due_files()

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.reloader import Reloader
-from strom.security.quota_store import Change, LocalQuotaStore, QuotaStore, ZkQuotaStore
+from strom.security.quota_store import Change, QuotaStore, ZkQuotaStore
 from strom.security.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -23,7 +23,7 @@ from strom.security.quotas import (
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
-    from strom.broker.server import Broker
+    from strom.config import BrokerConfig
 
 log = logging.getLogger("strom.quotas")
 
@@ -32,9 +32,13 @@ SWEEP_EVERY_S = 60.0  # how often buckets of idle clients are dropped (each clie
 
 
 class QuotaManager:
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
-        self.broker = broker
+    """``config``: the static settings (quota.window.num, quota.window.size.seconds); ``store``: where
+    the quotas are kept (a file on one broker, ZooKeeper in a cluster); ``spawn`` runs the reloads a
+    store's watch asks for."""
+
+    def __init__(self, config: BrokerConfig, store: QuotaStore,
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]]) -> None:
+        cfg = config
         self.samples = int(str(cfg.get("quota.window.num")))
         self.window_s = float(str(cfg.get("quota.window.size.seconds")))
         # A client may send this many seconds of its quota at once (Kafka measures a first burst over
@@ -44,9 +48,8 @@ class QuotaManager:
         self.quotas: dict[QuotaEntity, dict[str, float]] = {}
         self._buckets: dict[tuple[str, QuotaEntity], QuotaBucket] = {}
         self._next_sweep = 0.0
-        self.store: QuotaStore = (ZkQuotaStore(broker.cluster.store.zk) if broker.cluster is not None
-                                  else LocalQuotaStore(list(cfg.log_dirs)[0]))
-        self._reloader = Reloader("client quotas", self.store.load, self._apply, broker.spawn)
+        self.store = store
+        self._reloader = Reloader("client quotas", self.store.load, self._apply, spawn)
 
     @property
     def active(self) -> bool:

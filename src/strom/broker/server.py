@@ -24,18 +24,22 @@ from strom.broker.txn_markers import write_markers
 from strom.clock import now_ms
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.cluster.one_node import OneNodeStates
+from strom.config import LiveConfig, log_config_for
 from strom.coordinator.runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.replication.purgatory import Purgatory
 from strom.replication.replica_manager import ReplicaManager, ReplicaStates
 from strom.security import listener as listener_security
+from strom.security.acl_store import AclStore, LocalAclStore, ZkAclStore
 from strom.security.client import inter_broker as inter_broker_client
 from strom.security.credentials import CredentialStore, FileCredentialStore
+from strom.security.quota_store import LocalQuotaStore, QuotaStore, ZkQuotaStore
 from strom.security.scram import ScramCredential
 from strom.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
     from strom.broker.cluster_node import ClusterNode
+    from strom.cluster.zk_store import ZkMetadataStore
     from strom.config import BrokerConfig
     from strom.storage.log import PartitionLog
 
@@ -44,9 +48,9 @@ log = logging.getLogger("strom.broker")
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
-        from strom.config import log_config_for
-
-        self.config = config
+        # The config in force: dynamic broker configs replace it (ConfigAdmin, and in a cluster their
+        # change in ZooKeeper); ``config`` reads it.
+        self.live_config = LiveConfig(config)
         # First: a security setting that cannot be honoured stops the broker before it touches disk.
         self.security = listener_security.build(config)
         self.inter_broker_security = inter_broker_client(config)  # how replica fetchers connect
@@ -71,29 +75,48 @@ class Broker:
             self.metadata = states = self.cluster.store
         else:
             local = self.metadata = LocalMetadataStore(log_dirs[0])
-            self.config = config = load_persisted(config, self.metadata)  # + dynamic broker configs
+            self.live_config.replace(load_persisted(config, self.metadata))  # + dynamic broker configs
+            config = self.config
             states = OneNodeStates(local, config.broker_id)  # one broker: a one-node cluster
         self.credentials: CredentialStore = (self.cluster.credentials if self.cluster is not None
                                              else FileCredentialStore(log_dirs[0]))
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
-        self.topics = TopicManager(self)
-        self.maintenance = LogMaintenance(self)  # retention and the log cleaner
-        self.config_admin = ConfigAdmin(self)
-        self.acls = AclManager(self)  # authorizer.class.name: who may do what (strom.security.acl)
-        self.quotas = QuotaManager(self)  # client quotas: throttling (strom.security.quotas)
+        self.live_config.subscribe(self._new_log_defaults)
+        zk: ZkMetadataStore | None = self.cluster.store if self.cluster is not None else None
+        self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn,
+                                   self.purgatory.notify)
+        # Retention and the log cleaner.
+        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn)
+        self.config_admin = ConfigAdmin(self.live_config, self.metadata, self.log_manager, self.topics.log_config,
+                                        self.maintenance.config_changed)
+        # ACLs and client quotas are kept in files on one broker, in ZooKeeper in a cluster.
+        acl_store: AclStore = ZkAclStore(zk.zk) if zk is not None else LocalAclStore(log_dirs[0])
+        quota_store: QuotaStore = ZkQuotaStore(zk.zk) if zk is not None else LocalQuotaStore(log_dirs[0])
+        # authorizer.class.name: who may do what (strom.security.acl)
+        self.acls = AclManager(config, acl_store, self.spawn)
+        self.quotas = QuotaManager(config, quota_store, self.spawn)  # client quotas: throttling (strom.security.quotas)
         self.metrics = BrokerMetrics()
         # The leader's side of every write, and in a cluster the followers' fetchers.
         self.replica_manager = ReplicaManager(
             config.broker_id, states, self.log_manager, self.purgatory,
-            config=lambda: self.config, spawn=self.spawn, inter_broker_security=self.inter_broker_security,
-            topic_log_config=self.topics.log_config, on_topic_config=self.config_admin.apply_topic,
-            on_client_append=self.metrics.produced)
+            config=lambda: self.live_config.value, spawn=self.spawn,
+            inter_broker_security=self.inter_broker_security, topic_log_config=self.topics.log_config,
+            on_topic_config=self.config_admin.apply_topic, on_client_append=self.metrics.produced)
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
         self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
         self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker config in force now (``live_config.value``)."""
+        return self.live_config.value
+
+    def _new_log_defaults(self, config: BrokerConfig) -> None:
+        """A new broker config: the log config of topics without overrides follows it."""
+        self.log_manager.default_config = log_config_for(config, {})
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.credentials.get(user, mechanism)

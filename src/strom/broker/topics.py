@@ -14,7 +14,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
 from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
@@ -22,9 +22,11 @@ from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.cluster.metadata import MetadataStore
+    from strom.cluster.zk_store import ZkMetadataStore
+    from strom.config import LiveConfig
     from strom.storage.log import LogConfig, PartitionLog
-    from strom.storage.log_manager import NewLogs
+    from strom.storage.log_manager import LogManager, NewLogs
 
 log = logging.getLogger("strom.topics")
 
@@ -70,15 +72,26 @@ def refuse_excessive_partitions(count: int) -> None:
 
 
 class TopicManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """``zk`` is the cluster's metadata store in ZooKeeper (None on a single broker, whose
+    ``metadata`` is local); ``spawn`` runs a background task of the broker; ``wake_partition`` wakes
+    what waits on a partition (the purgatory's fetches) when its topic is deleted."""
+
+    def __init__(self, config: LiveConfig, metadata: MetadataStore, log_manager: LogManager,
+                 zk: ZkMetadataStore | None, spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]],
+                 wake_partition: Callable[[tuple[str, int]], None]) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._log_manager = log_manager
+        self._zk = zk
+        self._spawn = spawn
+        self._wake_partition = wake_partition
         # Topics whose creation or partition change is in flight (its file work in a thread), with
         # an event set when it ends. Reserved on the loop before the thread starts, so a second
         # request for the same name finds it taken.
         self._in_flight: dict[str, asyncio.Event] = {}
 
     def _local_store(self) -> LocalMetadataStore:
-        store = self.broker.metadata
+        store = self._metadata
         assert isinstance(store, LocalMetadataStore), "a cluster changes topics through ZooKeeper"
         return store
 
@@ -88,32 +101,32 @@ class TopicManager:
     def _log_config(self, configs: dict[str, str]) -> LogConfig:
         from strom.config import log_config_for
 
-        return log_config_for(self.broker.config, configs)
+        return log_config_for(self._config.value, configs)
 
     def being_created(self, name: str) -> bool:
         """The topic's creation is under way: not in the metadata yet, and its name is taken."""
-        return name in self._in_flight and self.broker.metadata.get_topic(name) is None
+        return name in self._in_flight and self._metadata.get_topic(name) is None
 
     def reconcile(self) -> None:
         """At start: set aside logs the metadata does not know (a crash while their topic was being
         created or deleted; in a cluster also partitions no longer assigned to this broker), and on
         one broker make sure every partition of every known topic has a log (in a cluster the
         replica manager makes the logs of the partitions assigned here)."""
-        lm = self.broker.log_manager
-        topics = self.broker.metadata.topics()
-        cluster = self.broker.cluster
-        me = self.broker.config.broker_id
+        lm = self._log_manager
+        topics = self._metadata.topics()
+        zk = self._zk
+        me = self._config.value.broker_id
         for plog in lm.all_logs():
             info = topics.get(plog.topic)
             known = lm.partition_topic_id(plog.topic, plog.partition)
-            assignment = cluster.store.assignments.get(plog.topic) if cluster is not None else None
-            not_here = cluster is not None and (assignment is None
+            assignment = zk.assignments.get(plog.topic) if zk is not None else None
+            not_here = zk is not None and (assignment is None
                                                 or me not in assignment.replicas.get(plog.partition, []))
             if info is None or plog.partition >= info.partitions or known not in (None, info.topic_id) or not_here:
                 path = lm.set_aside_stray(plog.topic, plog.partition)
                 log.warning("%s-%d is not in the cluster metadata: %s", plog.topic, plog.partition,
                             f"moved aside to {path}" if path else "empty, deleted")
-        if cluster is not None:
+        if zk is not None:
             return
         for topic in topics.values():
             cfg = self.log_config(topic)
@@ -130,14 +143,14 @@ class TopicManager:
             validate_topic_name(name)
         except ValueError as e:
             raise TopicError(INVALID_TOPIC_EXCEPTION, str(e)) from None
-        if self.broker.metadata.get_topic(name) is not None or name in self._in_flight:
+        if self._metadata.get_topic(name) is not None or name in self._in_flight:
             raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if partitions <= 0:
             raise TopicError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         refuse_excessive_partitions(partitions)  # requests check their sum first; every other way in here
         if replication_factor <= 0:
             raise TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-        if self.broker.cluster is None:
+        if self._zk is None:
             _refuse_replication_factor(replication_factor, 1)
         try:
             validate_topic_configs(configs)
@@ -150,19 +163,19 @@ class TopicManager:
         against the live brokers (ZooKeeper's own list, read in a thread, when the watched view is
         short: a broker that registered a moment ago is not refused)."""
         self.validate_new(name, partitions, replication_factor, configs)
-        cluster = self.broker.cluster
-        if cluster is None:
+        zk = self._zk
+        if zk is None:
             return
-        count = len(cluster.store.brokers)
+        count = len(zk.brokers)
         if count < replication_factor:
             with contextlib.suppress(ZooKeeperUnavailable):
-                count = len(await cluster.store.run(cluster.store.live_brokers_in_zookeeper))
+                count = len(await zk.run(zk.live_brokers_in_zookeeper))
         _refuse_replication_factor(replication_factor, count)
 
     def _resolve(self, partitions: int | None, replication_factor: int | None,
                  configs: dict[str, str] | None) -> tuple[int, int, dict[str, str]]:
         """Kafka's defaults for -1 (or missing) partitions and replication factor."""
-        cfg = self.broker.config
+        cfg = self._config.value
         partitions = cfg.num_partitions if partitions is None or partitions == -1 else partitions
         rf = cfg.default_replication_factor if replication_factor is None or replication_factor == -1 else replication_factor
         return partitions, rf, configs or {}
@@ -174,10 +187,10 @@ class TopicManager:
         partitions, rf, configs = self._resolve(partitions, replication_factor, configs)
         self.validate_new(name, partitions, rf, configs)
         topic_id = uuid.uuid4()
-        if self.broker.cluster is not None:
+        if self._zk is not None:
             return self._create_in_cluster(name, topic_id, partitions, rf, configs, internal)
         try:
-            self.broker.log_manager.create_logs(name, range(partitions), topic_id, self._log_config(configs))
+            self._log_manager.create_logs(name, range(partitions), topic_id, self._log_config(configs))
         except OSError as e:
             raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create the logs of '{name}': {e}") from e
         return self._add_topic(name, partitions, configs, topic_id, internal)
@@ -192,10 +205,10 @@ class TopicManager:
         topic_id = uuid.uuid4()
         if assignment is not None:
             _check_assignment(assignment, rf)
-            if self.broker.cluster is None:
-                _refuse_unknown_brokers(assignment, {self.broker.config.broker_id})
-        if self.broker.cluster is not None:
-            store = self.broker.cluster.store
+            if self._zk is None:
+                _refuse_unknown_brokers(assignment, {self._config.value.broker_id})
+        if self._zk is not None:
+            store = self._zk
 
             async def write() -> TopicInfo:  # ZooKeeper round trips, off the loop
                 return await store.run(self._create_in_cluster, name, topic_id, partitions, rf, configs,
@@ -204,20 +217,20 @@ class TopicManager:
             info = await self._run_reserved(name, write)
             await self.wait_for_leaders(name, range(partitions))
             return info
-        new = self.broker.log_manager.prepare_logs(name, range(partitions), topic_id, self._log_config(configs))
+        new = self._log_manager.prepare_logs(name, range(partitions), topic_id, self._log_config(configs))
 
         async def finish() -> TopicInfo:
             await self._make_logs(name, new)
-            self.broker.log_manager.add_logs(new)
+            self._log_manager.add_logs(new)
             return self._add_topic(name, partitions, configs, topic_id, internal)
 
         return await self._run_reserved(name, finish)
 
     def replication_factor(self, name: str) -> int:
-        cluster = self.broker.cluster
-        if cluster is None:
+        zk = self._zk
+        if zk is None:
             return 1
-        assignment = cluster.store.assignments.get(name)
+        assignment = zk.assignments.get(name)
         return len(assignment.replicas.get(0, [])) if assignment is not None else -1
 
     def _create_in_cluster(self, name: str, topic_id: uuid.UUID, partitions: int, rf: int,
@@ -228,8 +241,8 @@ class TopicManager:
         from ZooKeeper itself: the watch may not yet have delivered a broker that just registered."""
         from strom.cluster.assignment import AssignmentError, assign_replicas
 
-        assert self.broker.cluster is not None
-        store = self.broker.cluster.store
+        store = self._zk
+        assert store is not None
         try:
             live = store.live_brokers_in_zookeeper()
             if assignment is not None:
@@ -254,8 +267,8 @@ class TopicManager:
     async def wait_for_leaders(self, name: str, partitions: range, timeout_s: float = 10.0) -> None:
         """In a cluster: until every partition has a leader in this broker's cache (Kafka's
         CreateTopics answers once the metadata has reached the brokers), or the time is up."""
-        assert self.broker.cluster is not None
-        store = self.broker.cluster.store
+        store = self._zk
+        assert store is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
@@ -289,9 +302,9 @@ class TopicManager:
         cluster its creation starts in the background and False says it is under way: the
         coordinator lookup answers COORDINATOR_NOT_AVAILABLE and the client asks again. Raises
         TopicError when it cannot be made (fewer live brokers than its replication factor)."""
-        if self.broker.metadata.get_topic(name) is not None:
+        if self._metadata.get_topic(name) is not None:
             return True
-        if self.broker.cluster is None:
+        if self._zk is None:
             try:
                 self.create(name, partitions, replication_factor, configs, internal=True)
             except TopicError as e:  # a CreateTopics of the same name is making it
@@ -308,8 +321,8 @@ class TopicManager:
         thread with the name reserved until its leaders are known, so the loop never waits on
         ZooKeeper and brokers asked at once do not race each other. Raises TopicError when the
         topic is invalid."""
-        assert self.broker.cluster is not None
-        store = self.broker.cluster.store
+        store = self._zk
+        assert store is not None
         self.validate_new(name, partitions, rf, configs)
         # The watched view only: a stale refusal costs nothing, the client asks again.
         _refuse_replication_factor(rf, len(store.brokers))
@@ -333,7 +346,7 @@ class TopicManager:
         topic run one at a time; the logs enter the metadata only when all are made."""
         while (busy := self._in_flight.get(name)) is not None:
             await busy.wait()
-        topic = self.broker.metadata.get_topic(name)
+        topic = self._metadata.get_topic(name)
         if topic is None:
             raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         if total <= topic.partitions:
@@ -341,15 +354,15 @@ class TopicManager:
                              f"Topic currently has {topic.partitions} partitions, which is higher than or equal to "
                              f"the requested {total}.")
         refuse_excessive_partitions(total - topic.partitions)
-        if self.broker.cluster is not None:
+        if self._zk is not None:
             await self._add_partitions_in_cluster(topic, total)
             return
-        lm = self.broker.log_manager
+        lm = self._log_manager
         new = lm.prepare_logs(name, range(topic.partitions, total), topic.topic_id, self.log_config(topic))
 
         async def finish() -> None:
             await self._make_logs(name, new)
-            current = self.broker.metadata.get_topic(name)
+            current = self._metadata.get_topic(name)
             if current is None or current.topic_id != topic.topic_id:
                 # Deleted while the files were made: they belong to nothing.
                 await asyncio.get_running_loop().run_in_executor(None, new.remove)
@@ -366,8 +379,8 @@ class TopicManager:
     async def _add_partitions_in_cluster(self, topic: TopicInfo, total: int) -> None:
         from strom.cluster.assignment import AssignmentError, assign_replicas
 
-        assert self.broker.cluster is not None
-        store = self.broker.cluster.store
+        store = self._zk
+        assert store is not None
         current = store.assignments.get(topic.name)
         rf = len(next(iter(current.replicas.values()))) if current and current.replicas else 1
         try:
@@ -397,10 +410,10 @@ class TopicManager:
                 del self._in_flight[name]
                 done.set()
 
-        return self.broker.spawn(run())
+        return self._spawn(run())
 
     async def _make_logs(self, name: str, new: NewLogs) -> None:
-        lm = self.broker.log_manager
+        lm = self._log_manager
         try:
             await asyncio.get_running_loop().run_in_executor(None, lm.make_logs, new)
         except BaseException as e:
@@ -410,34 +423,34 @@ class TopicManager:
             raise
 
     def delete(self, name: str) -> None:
-        topic = self.broker.metadata.get_topic(name)
+        topic = self._metadata.get_topic(name)
         if topic is None:
             raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        if self.broker.cluster is not None:
+        if self._zk is not None:
             # The controller deletes it; every broker then drops its logs (replica manager).
             try:
-                self.broker.cluster.store.request_delete(name)
+                self._zk.request_delete(name)
             except ZooKeeperUnavailable as e:
                 raise TopicError(REQUEST_TIMED_OUT, str(e)) from None
             return
         self._local_store().delete_topic(name)
-        paths = self.broker.log_manager.schedule_delete(name)
+        paths = self._log_manager.schedule_delete(name)
         for p in range(topic.partitions):
-            self.broker.purgatory.notify((name, p))
+            self._wake_partition((name, p))
         # Removing the files can take long: do it off the loop.
         loop = asyncio.get_running_loop()
-        self.broker.spawn(loop.run_in_executor(None, self.broker.log_manager.remove_dirs, paths))
+        self._spawn(loop.run_in_executor(None, self._log_manager.remove_dirs, paths))
         log.info("deleted topic %s", name)
 
     async def wait_deleted(self, name: str, timeout_s: float = 10.0) -> None:
         """In a cluster: until the controller has deleted the topic (gone from this broker's cache)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self.broker.metadata.get_topic(name) is not None and loop.time() < deadline:
+        while self._metadata.get_topic(name) is not None and loop.time() < deadline:
             await asyncio.sleep(0.02)
 
     def partition_log(self, name: str, partition: int) -> PartitionLog | None:
-        return self.broker.log_manager.get_log(name, partition)
+        return self._log_manager.get_log(name, partition)
 
 
 def _refuse_replication_factor(replication_factor: int, brokers: int) -> None:

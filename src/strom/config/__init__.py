@@ -21,6 +21,7 @@ from ._defs import (
 from .broker import BrokerConfig, Listener, parse_listeners, read_properties
 from .definitions import BROKER_CONFIGS, BROKER_DEFS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, TOPIC_DEFS
 from .dynamic import check_dynamic_names, with_dynamic_configs
+from .live import LiveConfig
 from .topic import (
     describe_topic_config,
     log_config_for,
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigType",
     "Importance",
     "Listener",
+    "LiveConfig",
     "check_dynamic_names",
     "no_effect_warnings",
     "describe_topic_config",

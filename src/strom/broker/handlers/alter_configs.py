@@ -21,5 +21,5 @@ MAX_VERSION = 2
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    return alter_resources(broker.config_admin, ctx, request,
+    return alter_resources(broker.config_admin, broker.acls, ctx, request,
                            lambda r: {c.name: c.value for c in r.configs if c.value is not None})

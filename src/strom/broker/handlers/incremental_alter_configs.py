@@ -23,5 +23,5 @@ MAX_VERSION = 1
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     admin = broker.config_admin
-    return alter_resources(admin, ctx, request, lambda r: admin.apply_operations(
+    return alter_resources(admin, broker.acls, ctx, request, lambda r: admin.apply_operations(
         r.resource_type, r.resource_name, [(c.name, int(c.config_operation), c.value) for c in r.configs]))
