@@ -23,7 +23,7 @@ from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import write_markers
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
-from strom.coordinator.runtime import GroupCoordinatorRuntime
+from strom.coordinator.group_runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.security import listener as listener_security
 from strom.security.client import inter_broker as inter_broker_client

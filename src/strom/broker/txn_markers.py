@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.runtime_io import Wait, append_batch, wait_replicated
 from strom.protocol.errors import ErrorCode as E
 from strom.records.control import build_marker_batch
