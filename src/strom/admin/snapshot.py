@@ -469,7 +469,7 @@ def coordinates_every_transaction(broker: Broker) -> bool:
         return False
     if broker.replicas is None:
         return True
-    return set(coord.leadership.owned) >= set(range(coord.num_partitions))
+    return set(coord.placement.owned) >= set(range(coord.num_partitions))
 
 
 def hanging_transactions(broker: Broker, now: int, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:

@@ -15,14 +15,16 @@ from strom.broker.acls import AclManager
 from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.connection_quotas import ConnectionQuotas
+from strom.broker.coordinator_host import CoordinatorHost
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.purgatory import Purgatory
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
-from strom.broker.txn_markers import write_markers
+from strom.broker.txn_markers import TxnMarkers
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
+from strom.coordinator.config import GroupRuntimeConfig, TxnRuntimeConfig
 from strom.coordinator.group_runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.security import listener as listener_security
@@ -146,9 +148,17 @@ class Broker:
         self.topics.reconcile()
         if self.cluster is not None:
             self.cluster.take_up_partitions()
-        self.group_coordinator = GroupCoordinatorRuntime(self)
+        # The coordinators write through the host (their PartitionWriter), with a copy of their settings.
+        host = CoordinatorHost(self.log_manager, self.purgatory, self.replicas, self.metadata,
+                               self.topics.ensure_internal, self.spawn)
+        self.group_coordinator = GroupCoordinatorRuntime(host, GroupRuntimeConfig.from_broker_config(self.config))
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
-        self.txn_coordinator = TransactionCoordinatorRuntime(self, functools.partial(write_markers, self))
+        self.txn_markers = TxnMarkers(host, self.cluster.store if self.cluster is not None else None,
+                                      self.config.broker_id, self.config.inter_broker_listener_name,
+                                      self.group_coordinator.on_txn_marker)
+        self.txn_coordinator = TransactionCoordinatorRuntime(host, TxnRuntimeConfig.from_broker_config(self.config),
+                                                             self.txn_markers.write_markers,
+                                                             self.metadata.allocate_producer_id)
         await self.txn_coordinator.start()  # replays __transaction_state, resumes unfinished commits
         await self.maintenance.start()  # after the replay, which reads logs from threads
         for acceptor in self._acceptors:
