@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from strom.cluster.metadata import BrokerInfo, TopicInfo
     from strom.config import BrokerConfig
     from strom.config.broker import Listener
-    from strom.coordinator.runtime import GroupCoordinatorRuntime
+    from strom.coordinator.group_runtime import GroupCoordinatorRuntime
     from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
     from strom.storage.log import PartitionLog
 

@@ -472,7 +472,7 @@ def coordinates_every_transaction(view: BrokerView) -> bool:
         return False
     if view.replication().one_node:
         return True
-    return set(coord.leadership.owned) >= set(range(coord.num_partitions))
+    return set(coord.placement.owned) >= set(range(coord.num_partitions))
 
 
 def hanging_transactions(view: BrokerView, now: int, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:

@@ -15,17 +15,19 @@ from strom.broker.acls import AclManager
 from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.connection_quotas import ConnectionQuotas
+from strom.broker.coordinator_host import CoordinatorHost
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.quota_manager import QuotaManager
 from strom.broker.topics import TopicManager
-from strom.broker.txn_markers import write_markers
+from strom.broker.txn_markers import TxnMarkers
 from strom.clock import now_ms
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.cluster.one_node import OneNodeStates
 from strom.config import LiveConfig, log_config_for
-from strom.coordinator.runtime import GroupCoordinatorRuntime
+from strom.coordinator.config import GroupRuntimeConfig, TxnRuntimeConfig
+from strom.coordinator.group_runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.replication.purgatory import Purgatory
 from strom.replication.replica_manager import ReplicaManager, ReplicaStates
@@ -175,9 +177,17 @@ class Broker:
         self.replica_manager.start()  # leads or follows every partition assigned here
         if self.cluster is not None:
             self.cluster.start_controller()
-        self.group_coordinator = GroupCoordinatorRuntime(self)
+        # The coordinators write through the host (their PartitionWriter), with a copy of their settings.
+        host = CoordinatorHost(self.replica_manager, self.log_manager, self.metadata, self.topics.ensure_internal,
+                               self.spawn, one_node=self.cluster is None)
+        self.group_coordinator = GroupCoordinatorRuntime(host, GroupRuntimeConfig.from_broker_config(self.config))
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
-        self.txn_coordinator = TransactionCoordinatorRuntime(self, functools.partial(write_markers, self))
+        self.txn_markers = TxnMarkers(host, self.cluster.store if self.cluster is not None else None,
+                                      self.config.broker_id, self.config.inter_broker_listener_name,
+                                      self.group_coordinator.on_txn_marker)
+        self.txn_coordinator = TransactionCoordinatorRuntime(host, TxnRuntimeConfig.from_broker_config(self.config),
+                                                             self.txn_markers.write_markers,
+                                                             self.metadata.allocate_producer_id)
         await self.txn_coordinator.start()  # replays __transaction_state, resumes unfinished commits
         await self.maintenance.start()  # after the replay, which reads logs from threads
         for acceptor in self._acceptors:

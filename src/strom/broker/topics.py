@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
-from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
 from strom.protocol.errors import ErrorCode as E
 

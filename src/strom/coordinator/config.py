@@ -1,11 +1,20 @@
-"""The group coordinator's settings, taken from the broker's (Kafka's names in the comments)."""
+"""The coordinators' settings: a static copy of the broker's (Kafka's names in the comments). The
+defaults are config/'s; the dataclass defaults below serve tests of the pure shards only."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from strom.coordinator.txn_shard import TxnConfig
+
+if TYPE_CHECKING:
+    from strom.config import BrokerConfig
 
 INT_MAX = 2**31 - 1
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,15 +31,69 @@ class GroupConfig:
     new_member_join_timeout_ms: int = 300_000
 
     @classmethod
-    def from_broker_config(cls, config: Any) -> GroupConfig:
-        d = cls()
+    def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
         return cls(
-            initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", d.initial_rebalance_delay_ms),
-            min_session_timeout_ms=getattr(config, "group_min_session_timeout_ms", d.min_session_timeout_ms),
-            max_session_timeout_ms=getattr(config, "group_max_session_timeout_ms", d.max_session_timeout_ms),
-            max_size=getattr(config, "group_max_size", d.max_size),
-            offsets_retention_ms=getattr(config, "offsets_retention_minutes", 7 * 24 * 60) * 60_000,
-            offsets_retention_check_interval_ms=getattr(config, "offsets_retention_check_interval_ms",
-                                                        d.offsets_retention_check_interval_ms),
-            offset_metadata_max_bytes=getattr(config, "offset_metadata_max_bytes", d.offset_metadata_max_bytes),
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            max_size=config.group_max_size,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InternalTopic:
+    """A coordinator's internal topic and how it is made on first use."""
+
+    name: str
+    num_partitions: int  # until the topic exists; then the topic's own count (fixed once made)
+    replication_factor: int  # in a cluster; a broker on its own makes it with 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRuntimeConfig:
+    groups: GroupConfig
+    topic: InternalTopic
+    commit_timeout_ms: int  # offsets.commit.timeout.ms: how long a write waits for the ISR
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> GroupRuntimeConfig:
+        return cls(
+            groups=GroupConfig.from_broker_config(config),
+            topic=InternalTopic(
+                GROUP_METADATA_TOPIC_NAME,
+                config.offsets_topic_num_partitions,  # offsets.topic.num.partitions
+                config.offsets_topic_replication_factor,  # offsets.topic.replication.factor
+                {"cleanup.policy": "compact",
+                 "segment.bytes": str(config.offsets_topic_segment_bytes)}),  # offsets.topic.segment.bytes
+            commit_timeout_ms=config.offsets_commit_timeout_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRuntimeConfig:
+    txns: TxnConfig
+    topic: InternalTopic
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    abort_timed_out_interval_ms: int
+    # transaction.remove.expired.transaction.cleanup.interval.ms
+    remove_expired_interval_ms: int
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> TxnRuntimeConfig:
+        return cls(
+            txns=TxnConfig(config.transaction_max_timeout_ms,  # transaction.max.timeout.ms
+                           config.transactional_id_expiration_ms),  # transactional.id.expiration.ms
+            topic=InternalTopic(
+                TRANSACTION_STATE_TOPIC_NAME,
+                config.transaction_state_log_num_partitions,  # transaction.state.log.num.partitions
+                config.transaction_state_log_replication_factor,  # transaction.state.log.replication.factor
+                {"cleanup.policy": "compact",
+                 "min.insync.replicas": str(config.transaction_state_log_min_isr),
+                 "segment.bytes": str(config.transaction_state_log_segment_bytes)}),
+            abort_timed_out_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            remove_expired_interval_ms=config.transaction_remove_expired_transaction_cleanup_interval_ms,
         )

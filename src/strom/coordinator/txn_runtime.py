@@ -1,4 +1,5 @@
-"""TransactionCoordinatorRuntime: runs the pure transaction shard against __transaction_state.
+"""TransactionCoordinatorRuntime: runs the pure transaction shard against __transaction_state,
+written through the ``PartitionWriter`` the broker provides (strom.coordinator.partition_writer).
 
 Like the group coordinator's runtime: a partition of __transaction_state is replayed when this
 broker becomes its leader (every partition at start on a single broker) and its transactional ids
@@ -18,29 +19,23 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strom.coordinator import records as rec
 from strom.coordinator import txn_records as trec
-from strom.coordinator.runtime_io import (
-    Leadership,
-    append_batch,
-    flush_logs,
-    replay_partition,
-    wait_replicated,
-)
+from strom.coordinator.config import TRANSACTION_STATE_TOPIC_NAME, TxnRuntimeConfig
+from strom.coordinator.partition_writer import LogReader, PartitionWriter
+from strom.coordinator.placement import Placement, replay_partition, replication_error
 from strom.coordinator.txn_records import TxnLogValue, TxnState
-from strom.coordinator.txn_shard import TransactionCoordinatorShard, TxnConfig, TxnOutcome
+from strom.coordinator.txn_shard import TransactionCoordinatorShard, TxnOutcome
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
 from strom.records import codec
 
-if TYPE_CHECKING:
-    from strom.storage.log import PartitionLog
-
 log = logging.getLogger("strom.transactions")
 
-TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+__all__ = ["TRANSACTION_STATE_TOPIC_NAME", "TransactionCoordinatorRuntime", "fenced_error", "txn_coordinator_for"]
+
 _MARKER_RETRY_S = 0.2
 _HOLD_S = 5.0  # longest a request waits for its id's previous transaction to complete
 TopicPartition = tuple[str, int]
@@ -48,6 +43,7 @@ TopicPartition = tuple[str, int]
 MarkerWriter = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, E]]]
 # A marker that cannot be written because the partition is gone does not hold the transaction up.
 _MARKER_DONE = (E.none, E.unknown_topic_or_partition)
+_WRITE_TIMEOUT_S = 5.0  # how long a state change waits for the ISR
 
 
 def now_ms() -> int:
@@ -61,22 +57,19 @@ class _Turn:
 
 
 class TransactionCoordinatorRuntime:
-    def __init__(self, broker: Any, write_markers: MarkerWriter, clock: Callable[[], int] = now_ms) -> None:
-        self.broker = broker
+    def __init__(self, writer: PartitionWriter, config: TxnRuntimeConfig, write_markers: MarkerWriter,
+                 allocate_producer_id: Callable[[], int], clock: Callable[[], int] = now_ms) -> None:
+        self.writer = writer
         self.clock = clock
         self.write_markers = write_markers
-        cfg = broker.config
-        self.shard = TransactionCoordinatorShard(TxnConfig(
-            int(getattr(cfg, "transaction_max_timeout_ms", 900_000)),
-            int(getattr(cfg, "transactional_id_expiration_ms", 604_800_000))))
-        self.abort_interval_s = int(getattr(cfg, "transaction_abort_timed_out_transaction_cleanup_interval_ms",
-                                            10_000)) / 1000
-        self.expire_interval_s = int(getattr(cfg, "transaction_remove_expired_transaction_cleanup_interval_ms",
-                                             3_600_000)) / 1000
+        self.allocate_producer_id = allocate_producer_id
+        self.shard = TransactionCoordinatorShard(config.txns)
+        self.abort_interval_s = config.abort_timed_out_interval_ms / 1000
+        self.expire_interval_s = config.remove_expired_interval_ms / 1000
         self.loaded = False
         # Partitions of __transaction_state loaded here (-> leader epoch: the markers' coordinator epoch).
-        self.leadership = Leadership(broker, TRANSACTION_STATE_TOPIC_NAME, self._load_owned, self._owned_loaded,
-                                     self._unload)
+        self.placement = Placement(config.topic, writer, self._load_owned, self._owned_loaded, self._unload,
+                                   self._load_all)
         self._markers: dict[str, asyncio.Task[Any]] = {}
         self._turns: dict[str, _Turn] = {}  # see _turn
         self._ticker: asyncio.Task[Any] | None = None
@@ -88,21 +81,16 @@ class TransactionCoordinatorRuntime:
 
     @property
     def num_partitions(self) -> int:
-        topic = self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME)
-        if topic is not None:
-            return int(topic.partitions)  # fixed once created
-        return int(getattr(self.broker.config, "transaction_state_log_num_partitions", 50))
+        return self.placement.num_partitions
 
     def partition_for(self, transactional_id: str) -> int:
-        return rec.partition_for(transactional_id, self.num_partitions)  # Kafka's rule, as for groups
+        return self.placement.partition_for(transactional_id)
 
     def error_for(self, transactional_id: str) -> E:
         """NONE when this broker coordinates the transactional id now; else what to tell the client."""
         if not self.loaded:
             return E.coordinator_not_available
-        if self.broker.cluster is None:
-            return E.none
-        return self.leadership.error_for(self.partition_for(transactional_id))
+        return self.placement.error_for(self.partition_for(transactional_id))
 
     def find_coordinator(self) -> bool:
         """FindCoordinator for a transactional id: like Kafka, when __transaction_state gets
@@ -110,30 +98,25 @@ class TransactionCoordinatorRuntime:
         return self._ensure_topic()
 
     def _ensure_topic(self) -> bool:
-        cfg = self.broker.config
-        configs = {"cleanup.policy": "compact",
-                   "min.insync.replicas": str(getattr(cfg, "transaction_state_log_min_isr", 1)),
-                   "segment.bytes": str(getattr(cfg, "transaction_state_log_segment_bytes", 104857600))}
-        rf = int(getattr(cfg, "transaction_state_log_replication_factor", 1)) if self.broker.cluster is not None else 1
-        return self.broker.topics.ensure_internal(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, rf, configs)
+        return self.placement.ensure_topic()
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        if self.broker.cluster is not None:
-            self.leadership.follow()
-        else:
-            topic = self.broker.metadata.get_topic(TRANSACTION_STATE_TOPIC_NAME)
-            if topic is not None:
-                for partition in range(topic.partitions):
-                    plog = self.broker.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
-                    if plog is not None:
-                        await self._load_partition(plog)
-            log.info("transaction coordinator loaded %d transactional ids", len(self.shard.txns))
-            self._resume_markers(lambda _t: True)
+        await self.placement.start()
         self.loaded = True
-        self._ticker = self.broker.spawn(self._abort_loop())
-        self._expirer = self.broker.spawn(self._expire_loop())
+        self._ticker = self.writer.spawn(self._abort_loop())
+        self._expirer = self.writer.spawn(self._expire_loop())
+
+    async def _load_all(self) -> None:
+        """This broker leads every partition for good (on its own): all of them, before it serves."""
+        count = self.writer.partition_count(TRANSACTION_STATE_TOPIC_NAME)
+        for partition in range(count or 0):
+            plog = self.writer.local_log(TRANSACTION_STATE_TOPIC_NAME, partition)
+            if plog is not None:
+                await self._load_partition(plog)
+        log.info("transaction coordinator loaded %d transactional ids", len(self.shard.txns))
+        self._resume_markers(lambda _t: True)
 
     async def stop(self) -> None:
         self.loaded = False
@@ -145,7 +128,7 @@ class TransactionCoordinatorRuntime:
         self._markers.clear()
 
     async def _load_owned(self, partition: int) -> None:
-        plog = self.broker.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
+        plog = self.writer.local_log(TRANSACTION_STATE_TOPIC_NAME, partition)
         try:
             if plog is not None:
                 await self._load_partition(plog)
@@ -165,7 +148,7 @@ class TransactionCoordinatorRuntime:
                 task.cancel()
         log.info("transaction coordinator: unloaded %s-%d", TRANSACTION_STATE_TOPIC_NAME, partition)
 
-    async def _load_partition(self, plog: PartitionLog) -> None:
+    async def _load_partition(self, plog: LogReader) -> None:
         shard = self.shard
 
         def on_batch(data: bytes, header: rb.BatchHeader, from_offset: int) -> None:
@@ -217,13 +200,13 @@ class TransactionCoordinatorRuntime:
                                           timestamp_ms=self.clock()))
         try:
             self._ensure_topic()
-            plog, wait = append_batch(self.broker, TRANSACTION_STATE_TOPIC_NAME, partition, buf)
-            error = await wait_replicated(self.broker, [wait] if wait else [], 5.0)
-            if error is E.none and plog.needs_flush():
-                await flush_logs([plog])
+            [result] = await self.writer.append([(TRANSACTION_STATE_TOPIC_NAME, partition, buf)], _WRITE_TIMEOUT_S)
+            error = replication_error([result.error])
+            if error is E.none and result.flush_due:
+                await self.writer.flush([(TRANSACTION_STATE_TOPIC_NAME, partition)])
         except Exception as e:
             log.error("could not write to %s-%d: %s", TRANSACTION_STATE_TOPIC_NAME, partition, e)
-            error = E.not_coordinator if self.broker.cluster is not None else E.coordinator_not_available
+            error = self.placement.write_failed_error()
         if error is not E.none:
             self.shard.write_failed(transactional_id)
             return error
@@ -238,7 +221,7 @@ class TransactionCoordinatorRuntime:
 
     def _start_markers(self, transactional_id: str) -> None:
         if transactional_id not in self._markers:
-            self._markers[transactional_id] = self.broker.spawn(self._complete(transactional_id))
+            self._markers[transactional_id] = self.writer.spawn(self._complete(transactional_id))
 
     async def _complete(self, transactional_id: str) -> None:
         """Markers to every partition (retried until written), then the Complete state."""
@@ -250,7 +233,7 @@ class TransactionCoordinatorRuntime:
                     return
                 todo = sorted(meta.partitions - done)
                 if todo:
-                    coordinator_epoch = self.leadership.owned.get(self.partition_for(transactional_id), 0)
+                    coordinator_epoch = self.placement.owned.get(self.partition_for(transactional_id), 0)
                     results = await self.write_markers(meta.producer_id, meta.producer_epoch,
                                                        meta.state is TxnState.PREPARE_COMMIT, coordinator_epoch, todo)
                     done.update(tp for tp, error in results.items() if error in _MARKER_DONE)
@@ -340,7 +323,7 @@ class TransactionCoordinatorRuntime:
                                producer_epoch: int) -> TxnOutcome:
         async with self._turn(transactional_id):
             outcome = self.shard.init_producer_id(self.clock(), transactional_id, timeout_ms, producer_id,
-                                                  producer_epoch, self.broker.metadata.allocate_producer_id)
+                                                  producer_epoch, self.allocate_producer_id)
             return await self._run(transactional_id, outcome)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,

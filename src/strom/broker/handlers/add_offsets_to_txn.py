@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.topics import TopicError
-from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME, coordinator_of
+from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME, coordinator_of
 from strom.coordinator.txn_runtime import fenced_error, txn_coordinator_for
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType

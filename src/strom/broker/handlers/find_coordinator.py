@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import GroupCoordinatorRuntime, coordinator_of
+from strom.coordinator.group_runtime import GroupCoordinatorRuntime, coordinator_of
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
@@ -69,7 +69,7 @@ def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: in
 def _coordinator_in_cluster(broker: Broker, key: str,
                             key_type: int) -> tuple[E, str | None, BrokerRegistration | None]:
     """The leader of the key's partition of the coordinator's topic, as ZooKeeper has it."""
-    from strom.coordinator.runtime import GROUP_METADATA_TOPIC_NAME
+    from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME
     from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
 
     assert broker.cluster is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.runtime import coordinator_of
+from strom.coordinator.group_runtime import coordinator_of
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 

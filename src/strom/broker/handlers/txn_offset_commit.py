@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.handlers.offset_commit import authorize, response_topics, sort_partitions
 from strom.coordinator.api import OffsetCommitRequestData, PartitionError
-from strom.coordinator.runtime import coordinator_for
+from strom.coordinator.group_runtime import coordinator_for
 from strom.coordinator.txn_runtime import fenced_error
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.txn_markers import append_markers
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation
 
@@ -28,8 +27,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 {"name": t.name, "partitions": [{"partition_index": p, "error_code": E.cluster_authorization_failed}
                                                 for p in t.partition_indexes]} for t in m.topics]})
             continue
-        results = await append_markers(broker, m.producer_id, m.producer_epoch, m.transaction_result,
-                                       m.coordinator_epoch, partitions)
+        results = await broker.txn_markers.append_markers(m.producer_id, m.producer_epoch, m.transaction_result,
+                                                          m.coordinator_epoch, partitions)
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), error in results.items():
             topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})

@@ -1,4 +1,5 @@
-"""GroupCoordinatorRuntime: runs the pure shard on the broker's loop against __consumer_offsets.
+"""GroupCoordinatorRuntime: runs the pure shard on the broker's loop against __consumer_offsets,
+written through the ``PartitionWriter`` the broker provides (strom.coordinator.partition_writer).
 
 - ``start()`` replays every __consumer_offsets partition into the shard (groups and offsets survive
   restarts and crashes), then starts the timer loop.
@@ -24,7 +25,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
@@ -40,30 +41,21 @@ from strom.coordinator.api import (
     SyncGroupRequestData,
     SyncGroupResult,
 )
-from strom.coordinator.config import GroupConfig
+from strom.coordinator.config import GROUP_METADATA_TOPIC_NAME, GroupRuntimeConfig
 from strom.coordinator.group import Token, TopicPartition
+from strom.coordinator.partition_writer import Batch, LogReader, PartitionWriter
+from strom.coordinator.placement import Placement, replay_partition, replication_error
 from strom.coordinator.result import CoordinatorResult, Record
-from strom.coordinator.runtime_io import (
-    Leadership,
-    Wait,
-    append_batch,
-    flush_logs,
-    replay_partition,
-    wait_replicated,
-)
 from strom.coordinator.shard import GroupCoordinatorShard
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
 from strom.records import codec
 from strom.records.control import read_marker
 
-if TYPE_CHECKING:
-    from strom.broker.server import Broker
-    from strom.storage.log import PartitionLog
-
 log = logging.getLogger("strom.coordinator")
 
-GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+__all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupCoordinatorRuntime", "coordinator_for", "coordinator_of"]
+
 _MAX_TICK_SLEEP_S = 1.0
 
 
@@ -72,47 +64,45 @@ def now_ms() -> int:
 
 
 class GroupCoordinatorRuntime:
-    def __init__(self, broker: Broker, clock: Callable[[], int] = now_ms) -> None:
-        self.broker = broker
+    def __init__(self, writer: PartitionWriter, config: GroupRuntimeConfig, clock: Callable[[], int] = now_ms) -> None:
+        self.writer = writer
         self.clock = clock
-        self.config = GroupConfig.from_broker_config(broker.config)
+        self.config = config.groups
+        self.commit_timeout_s = config.commit_timeout_ms / 1000  # offsets.commit.timeout.ms
         self.shard = GroupCoordinatorShard(self.config)
         self.loaded = False
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None
-        # In a cluster: the __consumer_offsets partitions loaded here (-> leader epoch) and loading.
-        self.leadership = Leadership(broker, GROUP_METADATA_TOPIC_NAME, self._load_owned, self._owned_loaded,
-                                     self._unload)
+        # The __consumer_offsets partitions loaded here (-> leader epoch) and loading.
+        self.placement = Placement(config.topic, writer, self._load_owned, self._owned_loaded, self._unload,
+                                   self._load_all)
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def num_partitions(self) -> int:
-        topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
-        if topic is not None:
-            return topic.partitions  # fixed once created, whatever the config says now
-        return int(getattr(self.broker.config, "offsets_topic_num_partitions", 50))
+        return self.placement.num_partitions
 
     def partition_for(self, group_id: str) -> int:
-        return rec.partition_for(group_id, self.num_partitions)
+        return self.placement.partition_for(group_id)
 
     async def start(self) -> None:
+        await self.placement.start()
+        self.loaded = True
+        self._ticker = self.writer.spawn(self._tick_loop())
+
+    async def _load_all(self) -> None:
+        """This broker leads every partition for good (on its own): all of them, before it serves."""
         started = time.monotonic()
         records = 0
-        if self.broker.cluster is not None:
-            self.leadership.follow()
-        else:
-            topic = self.broker.metadata.get_topic(GROUP_METADATA_TOPIC_NAME)
-            if topic is not None:
-                for partition in range(topic.partitions):
-                    plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
-                    if plog is not None:
-                        records += await self._load_partition(plog)
-            self.shard.loaded(self.clock())
-            log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms", len(self.shard.groups),
-                     records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
-        self.loaded = True
-        self._ticker = self.broker.spawn(self._tick_loop())
+        count = self.writer.partition_count(GROUP_METADATA_TOPIC_NAME)
+        for partition in range(count or 0):
+            plog = self.writer.local_log(GROUP_METADATA_TOPIC_NAME, partition)
+            if plog is not None:
+                records += await self._load_partition(plog)
+        self.shard.loaded(self.clock())
+        log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms", len(self.shard.groups),
+                 records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
 
     # ------------------------------------------------------------------ leadership (cluster)
 
@@ -120,7 +110,7 @@ class GroupCoordinatorRuntime:
         """Replay a partition this broker now leads: (groups, records, start time); on failure the
         groups it read are dropped (the load is retried)."""
         started = time.monotonic()
-        plog = self.broker.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
+        plog = self.writer.local_log(GROUP_METADATA_TOPIC_NAME, partition)
         before = set(self.shard.groups)
         try:
             records = await self._load_partition(plog) if plog is not None else 0
@@ -155,9 +145,7 @@ class GroupCoordinatorRuntime:
         """NONE when this broker coordinates the group now; else what to tell the client."""
         if not self.loaded:
             return E.coordinator_not_available
-        if self.broker.cluster is None:
-            return E.none
-        return self.leadership.error_for(self.partition_for(group_id))
+        return self.placement.error_for(self.partition_for(group_id))
 
     async def stop(self) -> None:
         self.loaded = False
@@ -166,7 +154,7 @@ class GroupCoordinatorRuntime:
             await asyncio.gather(self._ticker, return_exceptions=True)
             self._ticker = None
 
-    async def _load_partition(self, plog: PartitionLog) -> int:
+    async def _load_partition(self, plog: LogReader) -> int:
         """Replay one partition from its log start to its end. Transactional offset commits wait in
         the shard until their transaction's marker says commit (or abort)."""
         count = 0
@@ -196,13 +184,7 @@ class GroupCoordinatorRuntime:
 
     def _ensure_topic(self) -> bool:
         """__consumer_offsets exists (True), or its creation is under way (False, in a cluster)."""
-        cfg = self.broker.config
-        configs = {"cleanup.policy": "compact"}
-        segment_bytes = getattr(cfg, "offsets_topic_segment_bytes", None)
-        if segment_bytes:
-            configs["segment.bytes"] = str(segment_bytes)
-        rf = int(getattr(cfg, "offsets_topic_replication_factor", 1)) if self.broker.cluster is not None else 1
-        return self.broker.topics.ensure_internal(GROUP_METADATA_TOPIC_NAME, self.num_partitions, rf, configs)
+        return self.placement.ensure_topic()
 
     # ------------------------------------------------------------------ running operations
 
@@ -212,12 +194,10 @@ class GroupCoordinatorRuntime:
 
     async def _apply(self, res: CoordinatorResult) -> None:
         if res.records:
-            to_flush: list[PartitionLog] = []
+            to_flush: list[tuple[str, int]] = []
             error = E.none
             try:
-                to_flush, waits = self._append(res.records)
-                if waits:
-                    error = await self._wait_replicated(waits)
+                to_flush, error = await self._append(res.records)
             except Exception as e:  # a failed write must not leave requests hanging
                 log.error("could not write to %s: %s", GROUP_METADATA_TOPIC_NAME, e)
                 error = E.coordinator_not_available
@@ -234,7 +214,7 @@ class GroupCoordinatorRuntime:
                         self.shard.replay(r.key, r.value, now, producer_id=r.producer_id)
                 if to_flush:
                     try:
-                        await flush_logs(to_flush)
+                        await self.writer.flush(to_flush)
                     except Exception as e:
                         log.error("could not flush %s: %s", GROUP_METADATA_TOPIC_NAME, e)
         for token, value in res.replies:
@@ -242,33 +222,26 @@ class GroupCoordinatorRuntime:
             if not token.done():
                 token.set_result(value)
 
-    def _append(self, records: list[Record]) -> tuple[list[PartitionLog], list[Wait]]:
+    async def _append(self, records: list[Record]) -> tuple[list[tuple[str, int]], E]:
         """Append the records, one batch per partition (and per producer, for transactional offset
-        commits). Returns the logs that want a flush now and, in a cluster, what to wait for."""
+        commits), and wait until the ISR has them (offsets.commit.timeout.ms at most). Returns the
+        partitions that want a flush now and the error for the client."""
         self._ensure_topic()
         by_batch: dict[tuple[int, int, int], list[Record]] = defaultdict(list)
         for r in records:
             by_batch[(self.partition_for(r.group_id), r.producer_id, r.producer_epoch)].append(r)
         now = self.clock()
-        to_flush = []
-        waits: list[Wait] = []
+        batches: list[Batch] = []
         for (partition, pid, epoch), recs in sorted(by_batch.items()):
             # Kafka writes a transactional offset commit with the producer's id and epoch, no sequence.
             buf = bytearray(codec.build_batch([(r.key, r.value) for r in recs], timestamp_ms=now, producer_id=pid,
                                               producer_epoch=epoch,
                                               attributes_extra=rb.TRANSACTIONAL_MASK if pid >= 0 else 0))
-            plog, wait = append_batch(self.broker, GROUP_METADATA_TOPIC_NAME, partition, buf,
-                                      self.broker.config.offsets_commit_timeout_ms / 1000)
-            if plog.needs_flush():
-                to_flush.append(plog)
-            if wait is not None:
-                waits.append(wait)
-        return to_flush, waits
-
-    async def _wait_replicated(self, waits: list[Wait]) -> E:
-        """Until the ISR has the records (offsets.commit.timeout.ms at most)."""
-        timeout_s = int(getattr(self.broker.config, "offsets_commit_timeout_ms", 5000)) / 1000
-        return await wait_replicated(self.broker, waits, timeout_s)
+            batches.append((GROUP_METADATA_TOPIC_NAME, partition, buf))
+        results = await self.writer.append(batches, self.commit_timeout_s)
+        to_flush = [(topic, partition) for (topic, partition, _), r in zip(batches, results, strict=True)
+                    if r.flush_due]
+        return to_flush, replication_error(r.error for r in results)
 
     async def _call(self, op: Callable[[int, Token], CoordinatorResult]) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -320,9 +293,8 @@ class GroupCoordinatorRuntime:
         """TxnOffsetCommit: written now, visible to the group once the transaction commits. A producer
         older than the epoch the partition knows (its transaction was aborted and it was fenced, by a
         new instance or a timeout) is refused: its offsets would wait for a marker that never comes."""
-        plog, _error, _epoch = self.broker.leader_log(GROUP_METADATA_TOPIC_NAME, self.partition_for(req.group_id))
-        entry = plog.producer_state.producers.get(producer_id) if plog is not None else None
-        if entry is not None and producer_epoch < entry.producer_epoch:
+        known = self.writer.producer_epoch(GROUP_METADATA_TOPIC_NAME, self.partition_for(req.group_id), producer_id)
+        if known is not None and producer_epoch < known:
             return [PartitionError(p.topic, p.partition, E.producer_fenced) for p in req.partitions]
         result: list[PartitionError] = await self._call(
             lambda now, t: self.shard.txn_commit_offsets(now, t, req, producer_id, producer_epoch))
