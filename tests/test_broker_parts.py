@@ -9,7 +9,8 @@ from pathlib import Path
 from strom.config import BrokerConfig, LiveConfig
 
 BROKER = Path(__file__).resolve().parent.parent / "src" / "strom" / "broker"
-PARTS = ["acceptor", "acls", "config_admin", "connection", "faults", "log_maintenance", "quota_manager", "topics"]
+PARTS = ["acceptor", "acls", "cluster_node", "config_admin", "connection", "coordinator_host", "faults",
+         "log_maintenance", "quota_manager", "topics", "txn_markers"]
 
 
 def _imports(path: Path) -> set[str]:

@@ -1,18 +1,21 @@
 """ClusterNode: what a broker started with ``zookeeper.connect`` adds to itself.
 
-It owns the ZooKeeper metadata store (the broker's ``metadata``), this broker's candidacy for
-controller, and the replica manager, and runs the steps of joining and leaving the cluster in order:
-connect and load the cache, take up the partitions assigned here, register (the controller then
-counts this broker live), and on SIGTERM a controlled shutdown: ask the cluster to move the
-leaderships away, wait for that (bounded), then deregister.
+It holds the ZooKeeper metadata store (the broker's ``metadata``, built by broker/server.py) and this
+broker's candidacy for controller, and runs the steps of joining and leaving the cluster in order:
+connect and load the cache (the replica manager then takes up the partitions assigned here), start
+the controller candidacy, register (the controller then counts this broker live), and on SIGTERM a
+controlled shutdown: ask the cluster to move the leaderships away, wait for that (bounded), then
+deregister.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
+from strom.broker.config_admin import load_persisted
 from strom.cluster.controller import Controller
 from strom.cluster.metadata import ClusterEvent
 from strom.cluster.zk_credentials import ZkCredentialStore
@@ -20,39 +23,58 @@ from strom.cluster.zk_layout import BrokerRegistration
 from strom.cluster.zk_store import ZkMetadataStore
 
 if TYPE_CHECKING:
-    from strom.broker.server import Broker
+    from strom.cluster.metadata import TopicInfo
+    from strom.config import BrokerConfig, LiveConfig
+    from strom.replication.partition import Partition
+    from strom.storage.log import LogConfig
 
 log = logging.getLogger("strom.cluster")
 
 
+class LedPartitions(Protocol):
+    """What a controlled shutdown watches of the replica manager: the partitions led here."""
+
+    @property
+    def partitions(self) -> Mapping[tuple[str, int], Partition]: ...
+    def led(self) -> int: ...
+
+
+def zookeeper_stores(config: BrokerConfig) -> tuple[ZkMetadataStore, ZkCredentialStore]:
+    """The cluster metadata and the SCRAM users (cluster-wide), both in ZooKeeper."""
+    assert config.zookeeper_connect is not None
+    store = ZkMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms,
+                            config.zookeeper_connection_timeout_ms, config.broker_id)
+    return store, ZkCredentialStore(store.zk)
+
+
 class ClusterNode:
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
-        assert cfg.zookeeper_connect is not None
-        self.broker = broker
-        self.store = ZkMetadataStore(cfg.zookeeper_connect, cfg.zookeeper_session_timeout_ms,
-                                     cfg.zookeeper_connection_timeout_ms, cfg.broker_id)
-        self.credentials = ZkCredentialStore(self.store.zk)  # SCRAM users, cluster-wide
+    def __init__(self, store: ZkMetadataStore, credentials: ZkCredentialStore, config: LiveConfig,
+                 replicas: LedPartitions, apply_broker_config: Callable[[BrokerConfig], None],
+                 topic_log_config: Callable[[TopicInfo], LogConfig],
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]]) -> None:
+        """``apply_broker_config`` takes new dynamic broker configs (ConfigAdmin's);
+        ``topic_log_config`` is a topic's log config (for unclean.leader.election.enable)."""
+        self.store = store
+        self.credentials = credentials
+        self._config = config
+        self._replicas = replicas
+        self._apply_broker_config = apply_broker_config
+        self._topic_log_config = topic_log_config
+        self._spawn = spawn
         self.controller: Controller | None = None
 
     async def connect(self) -> None:
-        from strom.broker.config_admin import load_persisted
-        from strom.config import log_config_for
-
-        broker = self.broker
         await self.store.run(self.store.connect, asyncio.get_running_loop())
         await self.store.run(self.credentials.start)
         await asyncio.sleep(0)  # the cache updates queued by the first watches are applied now
         # Dynamic broker configs live in ZooKeeper (/config/brokers).
-        broker.live_config.replace(load_persisted(broker.config, self.store))
-        broker.log_manager.default_config = log_config_for(broker.config, {})
+        self._config.replace(load_persisted(self._config.value, self.store))
         self.store.listeners.append(self._on_event)
         log.info("connected to ZooKeeper at %s (cluster id %s)", self.store.connect_string, self.store.cluster_id)
 
     def start_controller(self) -> None:
-        broker = self.broker
-        cfg = broker.config
-        self.controller = Controller(self.store, cfg.broker_id, self._unclean_allowed, broker.spawn)
+        cfg = self._config.value
+        self.controller = Controller(self.store, cfg.broker_id, self._unclean_allowed, self._spawn)
         self.controller.auto_rebalance = cfg.auto_leader_rebalance_enable
         self.controller.rebalance_interval_s = float(str(cfg.get("leader.imbalance.check.interval.seconds")))
         self.controller.imbalance_percentage = int(str(cfg.get("leader.imbalance.per.broker.percentage")))
@@ -61,10 +83,10 @@ class ClusterNode:
         info = self.store.get_topic(topic)
         if info is None:
             return False
-        return self.broker.topics.log_config(info).unclean_leader_election_enable
+        return self._topic_log_config(info).unclean_leader_election_enable
 
     async def register(self, endpoints: list[tuple[str, str, int]]) -> None:
-        cfg = self.broker.config
+        cfg = self._config.value
         name, host, port = next(((n, h, p) for n, h, p in endpoints if n == cfg.inter_broker_listener_name),
                                 endpoints[0])
         protocols = dict(cfg.listener_security_protocol_map)
@@ -80,7 +102,7 @@ class ClusterNode:
     async def _controlled_shutdown(self, timeout_s: float = 15.0) -> None:
         """Ask the controller to move this broker's leaderships, and serve until they have moved
         (or the time is up): clients see NOT_LEADER_OR_FOLLOWER and move on, nothing times out."""
-        replicas = self.broker.replica_manager
+        replicas = self._replicas
         started = asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(self.store.run(self.store.request_controlled_shutdown), 5)
@@ -90,7 +112,7 @@ class ClusterNode:
 
         def movable() -> list[str]:
             # Led partitions that another live in-sync replica could take over.
-            live = set(self.store.brokers) - {self.broker.config.broker_id}
+            live = set(self.store.brokers) - {self._config.value.broker_id}
             return [f"{p.topic}-{p.partition}" for p in replicas.partitions.values()
                     if p.is_leader and any(b in live for b in p.isr if b != p.broker_id)]
 
@@ -109,22 +131,22 @@ class ClusterNode:
         if event.kind == "session":
             # A new session: our registration vanished with the old one. Register again; we come
             # back as a follower (the controller moved our leaderships when we disappeared).
-            self.broker.spawn(self._reregister())
+            self._spawn(self._reregister())
 
     def _apply_broker_configs(self) -> None:
         """Dynamic broker configs changed in ZooKeeper (by any broker): take the new layers."""
         from strom.config import ConfigError
         from strom.config.dynamic import with_dynamic_configs
 
-        broker = self.broker
+        current = self._config.value
         try:
-            new = with_dynamic_configs(broker.config, self.store.broker_configs(""),
-                                       self.store.broker_configs(str(broker.config.broker_id)))
+            new = with_dynamic_configs(current, self.store.broker_configs(""),
+                                       self.store.broker_configs(str(current.broker_id)))
         except ConfigError as e:
             log.warning("ignoring dynamic broker configs from ZooKeeper: %s", e)
             return
-        if new != broker.config:
-            broker.config_admin.apply_broker_config(new)
+        if new != current:
+            self._apply_broker_config(new)
             log.info("dynamic broker configs from ZooKeeper applied")
 
     async def _reregister(self) -> None:
@@ -136,7 +158,7 @@ class ClusterNode:
 
     async def shutdown(self) -> None:
         store = self.store
-        if self.broker.config.controlled_shutdown_enable and self.controller is not None:
+        if self._config.value.controlled_shutdown_enable and self.controller is not None:
             await self._controlled_shutdown()
         try:
             await asyncio.wait_for(store.run(store.deregister), 5)

@@ -41,6 +41,7 @@ from strom.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
     from strom.broker.cluster_node import ClusterNode
+    from strom.cluster.zk_credentials import ZkCredentialStore
     from strom.cluster.zk_store import ZkMetadataStore
     from strom.config import BrokerConfig
     from strom.storage.log import PartitionLog
@@ -65,26 +66,28 @@ class Broker:
         log_dirs = list(config.log_dirs)
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        # With zookeeper.connect the broker is one of a cluster (strom.cluster.node); alone it keeps
-        # its metadata in a file in the first log dir.
+        # With zookeeper.connect the broker is one of a cluster (broker/cluster_node.py), its metadata
+        # and SCRAM users in ZooKeeper; alone it keeps them in files in the first log dir.
         self.cluster: ClusterNode | None = None
         self.metadata: MetadataStore
+        self.credentials: CredentialStore
         states: ReplicaStates  # the partition states replication acts on
+        zk: ZkMetadataStore | None = None
+        zk_credentials: ZkCredentialStore | None = None
         if config.zookeeper_connect:
-            from strom.broker.cluster_node import ClusterNode
+            from strom.broker.cluster_node import zookeeper_stores
 
-            self.cluster = ClusterNode(self)
-            self.metadata = states = self.cluster.store
+            zk, zk_credentials = zookeeper_stores(config)
+            self.metadata = states = zk
+            self.credentials = zk_credentials
         else:
             local = self.metadata = LocalMetadataStore(log_dirs[0])
             self.live_config.replace(load_persisted(config, self.metadata))  # + dynamic broker configs
             config = self.config
             states = OneNodeStates(local, config.broker_id)  # one broker: a one-node cluster
-        self.credentials: CredentialStore = (self.cluster.credentials if self.cluster is not None
-                                             else FileCredentialStore(log_dirs[0]))
+            self.credentials = FileCredentialStore(log_dirs[0])
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
         self.live_config.subscribe(self._new_log_defaults)
-        zk: ZkMetadataStore | None = self.cluster.store if self.cluster is not None else None
         self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn,
                                    self.purgatory.notify)
         # Retention and the log cleaner.
@@ -104,6 +107,11 @@ class Broker:
             config=lambda: self.live_config.value, spawn=self.spawn,
             inter_broker_security=self.inter_broker_security, topic_log_config=self.topics.log_config,
             on_topic_config=self.config_admin.apply_topic, on_client_append=self.metrics.produced)
+        if zk is not None and zk_credentials is not None:
+            from strom.broker.cluster_node import ClusterNode
+
+            self.cluster = ClusterNode(zk, zk_credentials, self.live_config, self.replica_manager,
+                                       self.config_admin.apply_broker_config, self.topics.log_config, self.spawn)
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
