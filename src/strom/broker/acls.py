@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.reloader import Reloader
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import (
     CLUSTER_NAME,
     VALID_OPERATIONS,
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
     from strom.config import BrokerConfig
 
 log = logging.getLogger("strom.security")
-TOPIC_AUTHORIZATION_FAILED = 29
-CLUSTER_AUTHORIZATION_FAILED = 31
 CONFIG_RESOURCE_TOPIC = 2  # DescribeConfigs' resource types: 2 topic, 4 broker, 8 broker logger
 audit = logging.getLogger("strom.audit")
 
@@ -95,13 +94,13 @@ class AclManager:
     def config_resource_error(self, ctx: RequestContext, operation: AclOperation, resource_type: int,
                               name: str) -> int:
         """DescribeConfigs' and (Incremental)AlterConfigs' check of one config resource: the topic's
-        right for a topic (TOPIC_AUTHORIZATION_FAILED), the cluster's for a broker
-        (CLUSTER_AUTHORIZATION_FAILED); 0 when allowed."""
+        right for a topic (E.topic_authorization_failed), the cluster's for a broker
+        (E.cluster_authorization_failed); 0 when allowed."""
         if self.authorizer is None:
             return 0
         if resource_type == CONFIG_RESOURCE_TOPIC:
-            return 0 if self.allowed(ctx, operation, ResourceType.TOPIC, name) else TOPIC_AUTHORIZATION_FAILED
-        return 0 if self.cluster_allowed(ctx, operation) else CLUSTER_AUTHORIZATION_FAILED
+            return 0 if self.allowed(ctx, operation, ResourceType.TOPIC, name) else E.topic_authorization_failed
+        return 0 if self.cluster_allowed(ctx, operation) else E.cluster_authorization_failed
 
     def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
         """Kafka's bit field of the operations allowed on a resource (Metadata, DescribeCluster,

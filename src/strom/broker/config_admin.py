@@ -26,6 +26,7 @@ from strom.config import (
     with_dynamic_configs,
 )
 from strom.config._defs import ConfigType, format_value
+from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
@@ -40,11 +41,6 @@ log = logging.getLogger("strom.configs")
 
 TOPIC = 2
 BROKER = 4
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-REQUEST_TIMED_OUT = 7
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -100,7 +96,7 @@ class ConfigAdmin:
         if resource_name in ("", str(self._config.value.broker_id)):
             return resource_name
         raise ConfigChangeError(
-            INVALID_REQUEST,
+            E.invalid_request,
             f"Unexpected broker id, expected {self._config.value.broker_id} or empty string, but received "
             f"{resource_name}",
         )
@@ -110,12 +106,12 @@ class ConfigAdmin:
         if resource_type == TOPIC:
             info = self._metadata.get_topic(resource_name)
             if info is None:
-                raise ConfigChangeError(UNKNOWN_TOPIC_OR_PARTITION,
+                raise ConfigChangeError(E.unknown_topic_or_partition,
                                         f"Topic '{resource_name}' does not exist.")
             return dict(info.configs)
         if resource_type == BROKER:
             return self._metadata.broker_configs(self.broker_level(resource_name))
-        raise ConfigChangeError(INVALID_REQUEST, f"Unsupported resource type {resource_type}: only topics "
+        raise ConfigChangeError(E.invalid_request, f"Unsupported resource type {resource_type}: only topics "
                                                  "(2) and brokers (4) have configs that can be altered")
 
     # ---- incremental operations ------------------------------------------------------------------
@@ -126,20 +122,20 @@ class ConfigAdmin:
         """The resource's overrides after IncrementalAlterConfigs' (name, operation, value) list."""
         duplicates = sorted(n for n, times in Counter(name for name, _, _ in ops).items() if times > 1)
         if duplicates:
-            raise ConfigChangeError(INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
+            raise ConfigChangeError(E.invalid_request, f"Error due to duplicate config keys: {', '.join(duplicates)}")
         configs = self.current(resource_type, resource_name)
         for name, op, value in ops:
             config_type = self._config_type(resource_type, name)
             if op == SET:
                 if value is None:
-                    raise ConfigChangeError(INVALID_REQUEST, f"Null value not supported for: {name}")
+                    raise ConfigChangeError(E.invalid_request, f"Null value not supported for: {name}")
                 configs[name] = value
             elif op == DELETE:
                 configs.pop(name, None)
             elif op in (APPEND, SUBTRACT):
                 if config_type is not ConfigType.LIST:
                     verb = "append" if op == APPEND else "subtract"
-                    raise ConfigChangeError(INVALID_CONFIG,
+                    raise ConfigChangeError(E.invalid_config,
                                             f"Config value {verb} is not allowed for config key: {name}")
                 items = [s.strip() for s in (value or "").split(",") if s.strip()]
                 current = self._current_list(resource_type, name, configs)
@@ -149,7 +145,7 @@ class ConfigAdmin:
                     current = [c for c in current if c not in items]
                 configs[name] = ",".join(current)
             else:
-                raise ConfigChangeError(INVALID_REQUEST, f"Unknown alter config operation {op} for {name}")
+                raise ConfigChangeError(E.invalid_request, f"Unknown alter config operation {op} for {name}")
         return configs
 
     def _config_type(self, resource_type: int, name: str) -> ConfigType:
@@ -159,7 +155,7 @@ class ConfigAdmin:
         d = defs.get(name)
         if d is None:
             kind = "topic" if resource_type == TOPIC else "broker"
-            raise ConfigChangeError(INVALID_CONFIG, f"Unknown {kind} config name: {name}")
+            raise ConfigChangeError(E.invalid_config, f"Unknown {kind} config name: {name}")
         return d.type
 
     def _current_list(self, resource_type: int, name: str, configs: Mapping[str, str]) -> list[str]:
@@ -187,7 +183,7 @@ class ConfigAdmin:
             mine = configs if level != "" else self._metadata.broker_configs(str(self._config.value.broker_id))
             return with_dynamic_configs(self._config.value, default, mine)
         except ConfigError as e:
-            raise ConfigChangeError(INVALID_CONFIG, str(e)) from None
+            raise ConfigChangeError(E.invalid_config, str(e)) from None
 
     def alter(self, resource_type: int, resource_name: str, configs: dict[str, str], validate_only: bool) -> None:
         """Replace a resource's overrides with ``configs`` (validated), unless ``validate_only``."""
@@ -197,7 +193,7 @@ class ConfigAdmin:
         try:
             self._alter(resource_type, resource_name, configs, new_broker_config)
         except ZooKeeperUnavailable as e:
-            raise ConfigChangeError(REQUEST_TIMED_OUT, str(e)) from None
+            raise ConfigChangeError(E.request_timed_out, str(e)) from None
 
     def _alter(self, resource_type: int, resource_name: str, configs: dict[str, str],
                new_broker_config: BrokerConfig | None) -> None:
@@ -238,7 +234,7 @@ def alter_resources(
 ) -> dict[str, Any]:
     """The response shared by AlterConfigs and IncrementalAlterConfigs: per resource, refuse a
     duplicate, compute its new overrides with ``new_configs`` and apply them (or only validate).
-    As in Kafka, every copy of a resource named more than once is INVALID_REQUEST whatever the
+    As in Kafka, every copy of a resource named more than once is E.invalid_request whatever the
     principal may do; then each other resource is authorized on its own. Counted in one pass: a
     request may name thousands of resources."""
     times = Counter((r.resource_type, r.resource_name) for r in request.resources)
@@ -248,7 +244,7 @@ def alter_resources(
                                  "resource_name": r.resource_name}
         try:
             if times[(r.resource_type, r.resource_name)] > 1:
-                raise ConfigChangeError(INVALID_REQUEST, f"Duplicate resource {r.resource_name!r} in the request")
+                raise ConfigChangeError(E.invalid_request, f"Duplicate resource {r.resource_name!r} in the request")
             refused = acls.config_resource_error(ctx, AclOperation.ALTER_CONFIGS, int(r.resource_type), r.resource_name)
             if refused:
                 raise ConfigChangeError(refused, f"Not authorized to alter the configs of {r.resource_name!r}")

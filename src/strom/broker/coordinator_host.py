@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.coordinator.partition_writer import AppendResult, Batch, LeadershipListener, NotLeaderError
 from strom.protocol.errors import ErrorCode as E
-from strom.replication.leader_append import AppendOrigin
+from strom.replication.leader_append import AppendOrigin, group_commit
 
 if TYPE_CHECKING:
     from strom.cluster.metadata import MetadataStore
@@ -76,10 +76,8 @@ class CoordinatorHost:
         return [AppendResult(E(result["error_code"]), flush_due=False) for result in results]
 
     async def flush(self, partitions: Sequence[tuple[str, int]]) -> None:
-        logs = [plog for topic, partition in partitions
-                if (plog := self._log_manager.get_log(topic, partition)) is not None]
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in logs))
+        await group_commit(plog for topic, partition in partitions
+                           if (plog := self._log_manager.get_log(topic, partition)) is not None)
 
     def local_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self._log_manager.get_log(topic, partition)

@@ -17,10 +17,10 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from strom.clock import now_ms
 from strom.storage.cleaner import CRASH_POINT_CONFIG, CleanerConfig, CleanerStopped, LogCleaner
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class LogMaintenance:
         while True:
             await asyncio.sleep(self._config.value.producer_id_expiration_check_interval_ms / 1000)
             try:
-                self.remove_expired_producers(time.time_ns() // 1_000_000)
+                self.remove_expired_producers(now_ms())
             except Exception:
                 log.exception("producer id expiration check failed")
 

@@ -88,8 +88,7 @@ class Broker:
             self.credentials = FileCredentialStore(log_dirs[0])
         self.log_manager = LogManager(log_dirs, log_config_for(config, {}), now_ms=now_ms)
         self.live_config.subscribe(self._new_log_defaults)
-        self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn,
-                                   self.purgatory.notify)
+        self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn)
         # Retention and the log cleaner.
         self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn)
         self.config_admin = ConfigAdmin(self.live_config, self.metadata, self.log_manager, self.topics.log_config,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from strom.cluster.metadata import MetadataStore
     from strom.cluster.zk_store import ZkMetadataStore
     from strom.config import LiveConfig
-    from strom.storage.log import LogConfig, PartitionLog
+    from strom.storage.log import LogConfig
     from strom.storage.log_manager import LogManager, NewLogs
 
 log = logging.getLogger("strom.topics")
@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 # Kafka's Topic.INTERNAL_TOPICS: only the broker's own coordinators write them (and they replay
 # what is there at load), so a client's Produce and DeleteRecords on them are refused with
-# INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager refuses them.
+# E.invalid_topic_exception, as Kafka's ReplicaManager refuses them.
 INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 # Kafka's bound on the partitions one request may create, summed over its topics (KRaft's
@@ -51,18 +51,6 @@ class TopicError(Exception):
         self.message = message
 
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-REQUEST_TIMED_OUT = 7
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_CONFIG = 40
-KAFKA_STORAGE_ERROR = 56
-
-
 def refuse_excessive_partitions(count: int) -> None:
     """POLICY_VIOLATION when one request would create more than MAX_PARTITIONS_PER_REQUEST
     partitions, as Kafka answers it (CreateTopics, validate-only too, and CreatePartitions)."""
@@ -73,18 +61,17 @@ def refuse_excessive_partitions(count: int) -> None:
 
 class TopicManager:
     """``zk`` is the cluster's metadata store in ZooKeeper (None on a single broker, whose
-    ``metadata`` is local); ``spawn`` runs a background task of the broker; ``wake_partition`` wakes
-    what waits on a partition (the purgatory's fetches) when its topic is deleted."""
+    ``metadata`` is local); ``spawn`` runs a background task of the broker. Both kinds of store
+    tell the replica manager of every topic change: it takes up and drops the partitions and their
+    logs, on one broker as in a cluster."""
 
     def __init__(self, config: LiveConfig, metadata: MetadataStore, log_manager: LogManager,
-                 zk: ZkMetadataStore | None, spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]],
-                 wake_partition: Callable[[tuple[str, int]], None]) -> None:
+                 zk: ZkMetadataStore | None, spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]]) -> None:
         self._config = config
         self._metadata = metadata
         self._log_manager = log_manager
         self._zk = zk
         self._spawn = spawn
-        self._wake_partition = wake_partition
         # Topics whose creation or partition change is in flight (its file work in a thread), with
         # an event set when it ends. Reserved on the loop before the thread starts, so a second
         # request for the same name finds it taken.
@@ -142,20 +129,20 @@ class TopicManager:
         try:
             validate_topic_name(name)
         except ValueError as e:
-            raise TopicError(INVALID_TOPIC_EXCEPTION, str(e)) from None
+            raise TopicError(E.invalid_topic_exception, str(e)) from None
         if self._metadata.get_topic(name) is not None or name in self._in_flight:
-            raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            raise TopicError(E.topic_already_exists, f"Topic '{name}' already exists.")
         if partitions <= 0:
-            raise TopicError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise TopicError(E.invalid_partitions, "Number of partitions must be larger than 0.")
         refuse_excessive_partitions(partitions)  # requests check their sum first; every other way in here
         if replication_factor <= 0:
-            raise TopicError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            raise TopicError(E.invalid_replication_factor, "Replication factor must be larger than 0.")
         if self._zk is None:
             _refuse_replication_factor(replication_factor, 1)
         try:
             validate_topic_configs(configs)
         except ConfigError as e:
-            raise TopicError(INVALID_CONFIG, str(e)) from None
+            raise TopicError(E.invalid_config, str(e)) from None
 
     async def validate_async(self, name: str, partitions: int, replication_factor: int,
                              configs: dict[str, str]) -> None:
@@ -192,7 +179,7 @@ class TopicManager:
         try:
             self._log_manager.create_logs(name, range(partitions), topic_id, self._log_config(configs))
         except OSError as e:
-            raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create the logs of '{name}': {e}") from e
+            raise TopicError(E.kafka_storage_error, f"Could not create the logs of '{name}': {e}") from e
         return self._add_topic(name, partitions, configs, topic_id, internal)
 
     async def create_async(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
@@ -249,17 +236,17 @@ class TopicManager:
                 _refuse_unknown_brokers(assignment, set(live))
             replicas = assignment or assign_replicas(live, partitions, rf)
         except AssignmentError as e:
-            raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
+            raise TopicError(E.invalid_replication_factor, str(e)) from None
         except ZooKeeperUnavailable as e:  # retriable: the client tries again
-            raise TopicError(REQUEST_TIMED_OUT, f"Could not create '{name}': {e}") from None
+            raise TopicError(E.request_timed_out, f"Could not create '{name}': {e}") from None
         try:
             store.create_topic_assignment(name, topic_id, replicas, configs)
         except Exception as e:  # NodeExists: another broker created it first
             if type(e).__name__ == "NodeExistsError":
-                raise TopicError(TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+                raise TopicError(E.topic_already_exists, f"Topic '{name}' already exists.") from None
             if isinstance(e, ZooKeeperUnavailable):  # retriable: the client tries again
-                raise TopicError(REQUEST_TIMED_OUT, f"Could not create '{name}': {e}") from None
-            raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create '{name}' in ZooKeeper: {e}") from e
+                raise TopicError(E.request_timed_out, f"Could not create '{name}': {e}") from None
+            raise TopicError(E.kafka_storage_error, f"Could not create '{name}' in ZooKeeper: {e}") from e
         log.info("created topic %s with %d partitions, replication factor %d (id %s)", name, partitions, rf, topic_id)
         self._warn_deprecated(name, configs)
         return TopicInfo(name, topic_id, partitions, dict(configs), internal)
@@ -292,7 +279,7 @@ class TopicManager:
 
     def start_auto_create(self, name: str) -> None:
         """Metadata's auto-creation in a cluster, as Kafka's: see ``_start_create``. Metadata
-        answers LEADER_NOT_AVAILABLE meanwhile and the client asks again."""
+        answers E.leader_not_available meanwhile and the client asks again."""
         partitions, rf, configs = self._resolve(None, None, None)
         self._start_create(name, partitions, rf, configs, internal=False)
 
@@ -308,7 +295,7 @@ class TopicManager:
             try:
                 self.create(name, partitions, replication_factor, configs, internal=True)
             except TopicError as e:  # a CreateTopics of the same name is making it
-                if e.error_code != TOPIC_ALREADY_EXISTS:
+                if e.error_code != E.topic_already_exists:
                     raise
                 return False
             return True
@@ -331,7 +318,7 @@ class TopicManager:
             try:
                 await store.run(self._create_in_cluster, name, uuid.uuid4(), partitions, rf, configs, internal)
             except TopicError as e:  # nobody waits for the answer: the client's next request learns it
-                if e.error_code != TOPIC_ALREADY_EXISTS:
+                if e.error_code != E.topic_already_exists:
                     log.warning("could not create topic %s: %s", name, e)
                 return
             except Exception:  # e.g. a connection loss kazoo raises as it is: logged, not lost in a task
@@ -348,9 +335,9 @@ class TopicManager:
             await busy.wait()
         topic = self._metadata.get_topic(name)
         if topic is None:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            raise TopicError(E.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
         if total <= topic.partitions:
-            raise TopicError(INVALID_PARTITIONS,
+            raise TopicError(E.invalid_partitions,
                              f"Topic currently has {topic.partitions} partitions, which is higher than or equal to "
                              f"the requested {total}.")
         refuse_excessive_partitions(total - topic.partitions)
@@ -367,7 +354,7 @@ class TopicManager:
                 # Deleted while the files were made: they belong to nothing.
                 await asyncio.get_running_loop().run_in_executor(None, new.remove)
                 lm.cancel_logs(new)
-                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' was deleted.")
+                raise TopicError(E.unknown_topic_or_partition, f"Topic '{name}' was deleted.")
             cfg = self.log_config(current)  # configs may have changed meanwhile
             for plog in lm.add_logs(new):
                 plog.config = cfg
@@ -387,9 +374,9 @@ class TopicManager:
             brokers = await store.run(store.live_brokers_in_zookeeper)
             replicas = assign_replicas(brokers, total - topic.partitions, rf, first_partition=topic.partitions)
         except AssignmentError as e:
-            raise TopicError(INVALID_REPLICATION_FACTOR, str(e)) from None
+            raise TopicError(E.invalid_replication_factor, str(e)) from None
         except ZooKeeperUnavailable as e:
-            raise TopicError(REQUEST_TIMED_OUT, f"Could not add partitions to '{topic.name}': {e}") from None
+            raise TopicError(E.request_timed_out, f"Could not add partitions to '{topic.name}': {e}") from None
         await store.run(store.add_partitions, topic.name, replicas)
         await self.wait_for_leaders(topic.name, range(topic.partitions, total))
         log.info("topic %s now has %d partitions", topic.name, total)
@@ -419,27 +406,23 @@ class TopicManager:
         except BaseException as e:
             lm.cancel_logs(new)
             if isinstance(e, OSError):
-                raise TopicError(KAFKA_STORAGE_ERROR, f"Could not create the logs of '{name}': {e}") from e
+                raise TopicError(E.kafka_storage_error, f"Could not create the logs of '{name}': {e}") from e
             raise
 
     def delete(self, name: str) -> None:
         topic = self._metadata.get_topic(name)
         if topic is None:
-            raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            raise TopicError(E.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
         if self._zk is not None:
             # The controller deletes it; every broker then drops its logs (replica manager).
             try:
                 self._zk.request_delete(name)
             except ZooKeeperUnavailable as e:
-                raise TopicError(REQUEST_TIMED_OUT, str(e)) from None
+                raise TopicError(E.request_timed_out, str(e)) from None
             return
+        # As in a cluster, the replica manager (told by the store) drops the partitions, wakes what
+        # waits on them and removes the logs.
         self._local_store().delete_topic(name)
-        paths = self._log_manager.schedule_delete(name)
-        for p in range(topic.partitions):
-            self._wake_partition((name, p))
-        # Removing the files can take long: do it off the loop.
-        loop = asyncio.get_running_loop()
-        self._spawn(loop.run_in_executor(None, self._log_manager.remove_dirs, paths))
         log.info("deleted topic %s", name)
 
     async def wait_deleted(self, name: str, timeout_s: float = 10.0) -> None:
@@ -449,28 +432,25 @@ class TopicManager:
         while self._metadata.get_topic(name) is not None and loop.time() < deadline:
             await asyncio.sleep(0.02)
 
-    def partition_log(self, name: str, partition: int) -> PartitionLog | None:
-        return self._log_manager.get_log(name, partition)
-
 
 def _refuse_replication_factor(replication_factor: int, brokers: int) -> None:
     if replication_factor > brokers:
-        raise TopicError(INVALID_REPLICATION_FACTOR,
+        raise TopicError(E.invalid_replication_factor,
                          f"Replication factor: {replication_factor} larger than available brokers: {brokers}.")
 
 
 def _check_assignment(assignment: dict[int, list[int]], rf: int) -> None:
     """A replica assignment given in CreateTopics: partitions 0..n-1, the same number of distinct
-    brokers for each (Kafka's INVALID_REPLICA_ASSIGNMENT otherwise)."""
+    brokers for each (Kafka's E.invalid_replica_assignment otherwise)."""
     if sorted(assignment) != list(range(len(assignment))):
-        raise TopicError(INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered 0 to n-1 in the assignment.")
+        raise TopicError(E.invalid_replica_assignment, "Partitions must be numbered 0 to n-1 in the assignment.")
     for p, brokers in assignment.items():
         if len(brokers) != rf or len(set(brokers)) != len(brokers):
-            raise TopicError(INVALID_REPLICA_ASSIGNMENT,
+            raise TopicError(E.invalid_replica_assignment,
                              f"Partition {p} must have {rf} distinct replicas, has {brokers}.")
 
 
 def _refuse_unknown_brokers(assignment: dict[int, list[int]], known: set[int]) -> None:
     unknown = sorted({b for brokers in assignment.values() for b in brokers} - known)
     if unknown:
-        raise TopicError(INVALID_REPLICA_ASSIGNMENT, f"Unknown broker ids {unknown} in the assignment.")
+        raise TopicError(E.invalid_replica_assignment, f"Unknown broker ids {unknown} in the assignment.")

@@ -14,11 +14,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from strom.clock import now_ms
 from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.partition_writer import AppendResult, Batch, NotLeaderError
 from strom.protocol.errors import ErrorCode as E
 from strom.records.control import build_marker_batch
-from strom.storage.log import wall_clock_ms
 
 if TYPE_CHECKING:
     from strom.cluster.zk_store import ZkMetadataStore
@@ -62,7 +62,7 @@ class TxnMarkers:
         async def append(tp: TopicPartition) -> E:
             topic, partition = tp
             batch = bytearray(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch,
-                                                 wall_clock_ms()))
+                                                 now_ms()))
             try:
                 [result] = await self.writer.append([(topic, partition, batch)], _REQUEST_TIMEOUT_S, appended)
             except NotLeaderError as e:

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from strom.clock import now_ms
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
     DescribedGroup,
@@ -57,10 +58,6 @@ log = logging.getLogger("strom.coordinator")
 __all__ = ["GROUP_METADATA_TOPIC_NAME", "GroupCoordinatorRuntime", "coordinator_for", "coordinator_of"]
 
 _MAX_TICK_SLEEP_S = 1.0
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class GroupCoordinatorRuntime:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.clock import now_ms
 from strom.coordinator import records as rec
 from strom.coordinator import txn_records as trec
 from strom.coordinator.config import TRANSACTION_STATE_TOPIC_NAME, TxnRuntimeConfig
@@ -44,10 +44,6 @@ MarkerWriter = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[d
 # A marker that cannot be written because the partition is gone does not hold the transaction up.
 _MARKER_DONE = (E.none, E.unknown_topic_or_partition)
 _WRITE_TIMEOUT_S = 5.0  # how long a state change waits for the ISR
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass

@@ -28,6 +28,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 from strom.cluster.client import BrokerConnection
 from strom.protocol.errors import ErrorCode as E
 from strom.records.batch import InvalidRecordBatch, iter_batches, whole_batches_end
+from strom.replication.leader_append import group_commit
 from strom.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 if TYPE_CHECKING:
@@ -314,8 +315,7 @@ class ReplicaFetcher:
                 if self._handle_partition(f, r) and f.part.log.needs_flush():
                     to_flush.append(f.part.log)
         if to_flush:
-            loop = asyncio.get_running_loop()
-            await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
+            await group_commit(to_flush)
         return True
 
     def _handle_partition(self, f: _Fetching, r: Any) -> bool:

@@ -9,7 +9,9 @@ the wake-up of waiting fetches and the wait for acks (replica_manager.append_rec
 
 from __future__ import annotations
 
+import asyncio
 import enum
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.errors import ErrorCode as E
@@ -136,3 +138,10 @@ def append_own_batches(plog: PartitionLog, index: int, records: bytes | bytearra
     headers = iter_batches(buf)
     info = plog.append(buf, headers, leader_epoch=leader_epoch)
     return partition_result(index, E.none, info.first_offset, info.log_start_offset, info.log_append_time), headers
+
+
+async def group_commit(logs: Iterable[PartitionLog]) -> None:
+    """fsync every log at once in the thread pool: one fsync per log for all the records a request
+    (or a follower's fetch, or a coordinator's write) appended to it."""
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in logs))

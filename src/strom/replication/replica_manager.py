@@ -28,6 +28,7 @@ from strom.replication.leader_append import (
     AppendOrigin,
     append_client_batches,
     append_own_batches,
+    group_commit,
     partition_result,
 )
 from strom.replication.partition import Partition
@@ -341,8 +342,7 @@ class ReplicaManager:
                         waits: list[tuple[Partition, int, dict[str, Any]]], timeout_s: float,
                         check_min_isr: bool) -> list[dict[str, Any]]:
         if logs:
-            loop = asyncio.get_running_loop()
-            await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in logs))
+            await group_commit(logs)
         if waits:
             await self._wait_for_acks(waits, timeout_s, check_min_isr)
         return results

@@ -47,7 +47,7 @@ from strom.storage.swap import (
 )
 from strom.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
-__all__ = ["AppendInfo", "LogConfig", "OffsetOutOfRange", "PartitionLog", "wall_clock_ms"]
+__all__ = ["AppendInfo", "LogConfig", "OffsetOutOfRange", "PartitionLog"]
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 def _at_zero(header: BatchHeader) -> BatchHeader:
     """The header as if its batch began a buffer (for a batch read on its own from a segment)."""
     return dataclasses.replace(header, position=0)
-
-
-# The name broker/txn_markers.py imports; strom.clock.now_ms is the one clock.
-wall_clock_ms = clock.now_ms
 
 
 @dataclass
