@@ -308,7 +308,10 @@ class AckLog:
 
     acked: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Re-entrant: librdkafka calls delivery callbacks from inside flush() and poll(), and a test
+    # that is being failed (pytest-timeout's signal) can leave this thread inside one; the
+    # producer's flush in __exit__ must then still be able to take the lock, not hang the run.
+    lock: threading.RLock = field(default_factory=threading.RLock)
     times: list[float] = field(default_factory=list)
 
     def on_delivery(self, err: Any, msg: Any) -> None:
