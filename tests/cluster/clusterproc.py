@@ -380,6 +380,10 @@ class StreamingProducer:
                 self.sent += 1
             except BufferError:
                 pass
+            except Exception as e:  # a fatal producer error (e.g. idempotence lost): the checks report it
+                with self.acks.lock:
+                    self.acks.errors.append(f"produce failed: {e!r}")
+                return
             try:
                 self.producer.poll(0)
             except Exception as e:  # a failing callback must show in the checks, not stop the stream

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.coordinator.partition_writer import AppendResult, Batch, LeadershipListener, NotLeaderError
 from strom.protocol.errors import ErrorCode as E
-from strom.replication.leader_append import AppendOrigin, group_commit
+from strom.replication.leader_append import AppendOrigin
 
 if TYPE_CHECKING:
     from strom.cluster.metadata import MetadataStore
@@ -73,11 +73,7 @@ class CoordinatorHost:
             for topic, partition, _buf in batches:
                 on_appended(topic, partition)
         results = outcome if isinstance(outcome, list) else await outcome
-        return [AppendResult(E(result["error_code"]), flush_due=False) for result in results]
-
-    async def flush(self, partitions: Sequence[tuple[str, int]]) -> None:
-        await group_commit(plog for topic, partition in partitions
-                           if (plog := self._log_manager.get_log(topic, partition)) is not None)
+        return [AppendResult(E(result["error_code"])) for result in results]
 
     def local_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self._log_manager.get_log(topic, partition)

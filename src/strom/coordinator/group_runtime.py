@@ -191,10 +191,9 @@ class GroupCoordinatorRuntime:
 
     async def _apply(self, res: CoordinatorResult) -> None:
         if res.records:
-            to_flush: list[tuple[str, int]] = []
             error = E.none
             try:
-                to_flush, error = await self._append(res.records)
+                error = await self._append(res.records)
             except Exception as e:  # a failed write must not leave requests hanging
                 log.error("could not write to %s: %s", GROUP_METADATA_TOPIC_NAME, e)
                 error = E.coordinator_not_available
@@ -209,20 +208,15 @@ class GroupCoordinatorRuntime:
                 for r in res.records:
                     if r.replay:
                         self.shard.replay(r.key, r.value, now, producer_id=r.producer_id)
-                if to_flush:
-                    try:
-                        await self.writer.flush(to_flush)
-                    except Exception as e:
-                        log.error("could not flush %s: %s", GROUP_METADATA_TOPIC_NAME, e)
         for token, value in res.replies:
             assert isinstance(token, asyncio.Future)
             if not token.done():
                 token.set_result(value)
 
-    async def _append(self, records: list[Record]) -> tuple[list[tuple[str, int]], E]:
+    async def _append(self, records: list[Record]) -> E:
         """Append the records, one batch per partition (and per producer, for transactional offset
         commits), and wait until the ISR has them (offsets.commit.timeout.ms at most). Returns the
-        partitions that want a flush now and the error for the client."""
+        error for the client."""
         self._ensure_topic()
         by_batch: dict[tuple[int, int, int], list[Record]] = defaultdict(list)
         for r in records:
@@ -236,9 +230,7 @@ class GroupCoordinatorRuntime:
                                               attributes_extra=rb.TRANSACTIONAL_MASK if pid >= 0 else 0))
             batches.append((GROUP_METADATA_TOPIC_NAME, partition, buf))
         results = await self.writer.append(batches, self.commit_timeout_s)
-        to_flush = [(topic, partition) for (topic, partition, _), r in zip(batches, results, strict=True)
-                    if r.flush_due]
-        return to_flush, replication_error(r.error for r in results)
+        return replication_error(r.error for r in results)
 
     async def _call(self, op: Callable[[int, Token], CoordinatorResult]) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

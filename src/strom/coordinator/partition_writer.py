@@ -5,8 +5,7 @@ The broker implements these (strom.broker.coordinator_host) and hands them to th
 static copy of the settings they read (strom.coordinator.config). All of it:
 
 - ``append``: write batches to partitions of the coordinator's internal topic as their leader and
-  wait until the ISR has them (acks=all);
-- ``flush``: fsync the partitions whose flush policy asked for it;
+  wait until the ISR has them (acks=all) and, where the flush policy asks for it, they are fsynced;
 - ``local_log``: the partition's log, to replay it when the partition is loaded;
 - ``producer_epoch``: the epoch a led partition knows for a producer (TxnOffsetCommit's fencing);
 - ``partition_count`` / ``ensure_topic``: the internal topic's size, and making it on first use;
@@ -35,13 +34,11 @@ class NotLeaderError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """One appended batch: ``error`` is NONE once the ISR has it, else Kafka's error for its
-    partition (NOT_LEADER_OR_FOLLOWER when the leadership moved, REQUEST_TIMED_OUT, ...);
-    ``flush_due`` says the partition's flush policy (log.flush.interval.messages) asked for an
-    fsync when the batch was appended."""
+    """One appended batch: ``error`` is NONE once the ISR has it (and, when the partition's flush
+    policy, log.flush.interval.messages, asks for it, once it is fsynced), else Kafka's error for
+    its partition (NOT_LEADER_OR_FOLLOWER when the leadership moved, REQUEST_TIMED_OUT, ...)."""
 
     error: ErrorCode
-    flush_due: bool
 
 
 # (topic, partition, one record batch)
@@ -86,10 +83,6 @@ class PartitionWriter(Protocol):
         """Append each batch to its partition as the partition's leader, in order, then wait until
         the ISR has them all (acks=all; ``timeout_s`` at most). Raises at the first batch that
         cannot be appended (NotLeaderError, or the log's own error), those before it appended."""
-        ...
-
-    async def flush(self, partitions: Sequence[tuple[str, int]]) -> None:
-        """fsync these partitions' logs."""
         ...
 
     def local_log(self, topic: str, partition: int) -> LogReader | None:

@@ -198,8 +198,6 @@ class TransactionCoordinatorRuntime:
             self._ensure_topic()
             [result] = await self.writer.append([(TRANSACTION_STATE_TOPIC_NAME, partition, buf)], _WRITE_TIMEOUT_S)
             error = replication_error([result.error])
-            if error is E.none and result.flush_due:
-                await self.writer.flush([(TRANSACTION_STATE_TOPIC_NAME, partition)])
         except Exception as e:
             log.error("could not write to %s-%d: %s", TRANSACTION_STATE_TOPIC_NAME, partition, e)
             error = self.placement.write_failed_error()

@@ -323,16 +323,19 @@ class ReplicaManager:
                 assert records is not None
                 result, headers = append_own_batches(plog, index, records, part.state.leader_epoch)
             results.append(result)
-            if not headers:  # refused, or a retried batch answered with its first offsets
+            if result["error_code"] != E.none:
                 continue
-            if client:
-                self._on_client_append(topic, len(records) if records is not None else 0, headers)
-            if len(part.state.isr) <= 1:
-                part.maybe_advance_high_watermark()  # no other replica to wait for: committed now
-            self.purgatory.notify(part.key)
+            if headers:  # appended (a retried batch the log already has is answered, not written)
+                if client:
+                    self._on_client_append(topic, len(records) if records is not None else 0, headers)
+                if len(part.state.isr) <= 1:
+                    part.maybe_advance_high_watermark()  # no other replica to wait for: committed now
+                self.purgatory.notify(part.key)
             if plog.needs_flush():
                 to_flush.append(plog)
             if acks == -1:
+                # A retried batch waits like a new one: its first answer may have been lost before
+                # the ISR had it (say, on a leader cut off from its followers).
                 waits.append((part, plog.log_end_offset, result))
         if not to_flush and not waits:
             return results
