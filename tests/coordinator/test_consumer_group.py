@@ -248,3 +248,35 @@ def test_invalid_heartbeats(req: HeartbeatRequest, error: E) -> None:
     with pytest.raises(HeartbeatError) as e:
         ConsumerGroup("g").heartbeat(req, image(t=1), SETTINGS)
     assert e.value.error == error
+
+
+def test_a_silent_member_expires_after_the_session_timeout() -> None:
+    metadata = image(orders=4)
+    group = ConsumerGroup("g")
+    settings = ConsumerGroupSettings(session_timeout_ms=45000)
+    for name, now in (("a", 1000), ("b", 2000)):
+        req = HeartbeatRequest("g", f"member-{name}", 0, rebalance_timeout_ms=30000, subscribed_topic_names=["orders"])
+        group.heartbeat(req, metadata, settings, now=now)
+    assert group.expired(45999) == []
+    assert group.expired(46000) == ["member-a"]
+    assert group.expired(47000) == ["member-a", "member-b"]
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_expired() -> None:
+    metadata = image(orders=4)
+    group = ConsumerGroup("g")
+    settings = ConsumerGroupSettings(session_timeout_ms=45000)
+    a = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=10000, subscribed_topic_names=["orders"])
+    epoch = group.heartbeat(a, metadata, settings, now=0).member_epoch
+    group.heartbeat(HeartbeatRequest("g", "b", 0, rebalance_timeout_ms=10000, subscribed_topic_names=["orders"]),
+                    metadata, settings, now=100)
+    everything = {ORDERS: frozenset(range(4))}
+    # a is told to revoke at 200, keeps heartbeating without letting go.
+    for now in (200, 5000, 9000):
+        group.heartbeat(HeartbeatRequest("g", "a", epoch, owned=everything), metadata, settings, now=now)
+    assert group.expired(10199) == []
+    assert group.expired(10200) == ["a"]
+    # Had it let go in time, the deadline would be gone.
+    group.heartbeat(HeartbeatRequest("g", "a", epoch, owned={ORDERS: group.members["a"].assignment.assigned[ORDERS]}),
+                    metadata, settings, now=10100)
+    assert group.members["a"].revocation_deadline is None and group.expired(10200) == []

@@ -94,6 +94,10 @@ class ConsumerGroupMember:
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     assignment: MemberAssignment = field(default_factory=lambda: MemberAssignment(0, -1))
+    # When the member is expired (ms): no heartbeat within the session timeout, or partitions
+    # still not revoked within its rebalance timeout.
+    session_deadline: int = 0
+    revocation_deadline: int | None = None
 
     @property
     def member_epoch(self) -> int:
@@ -105,6 +109,7 @@ class ConsumerGroupSettings:
     """The broker's group.consumer.* settings that the group applies."""
 
     heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors, the first is the default
 
@@ -124,7 +129,7 @@ class ConsumerGroup:
     # ------------------------------------------------------------------ the heartbeat
 
     def heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
-                  settings: ConsumerGroupSettings) -> HeartbeatResponse:
+                  settings: ConsumerGroupSettings, now: int = 0) -> HeartbeatResponse:
         """One ConsumerGroupHeartbeat: join, stay, reconcile or leave. Errors are Kafka's, raised as
         HeartbeatError (INVALID_REQUEST, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID,
         GROUP_MAX_SIZE_REACHED, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION)."""
@@ -147,11 +152,24 @@ class ConsumerGroup:
         after = reconcile(before, self.target_epoch, self.target.get(member.member_id, {}), owned,
                           self._owner_epoch)
         self._hold(member, after)
+        member.session_deadline = now + settings.session_timeout_ms
+        if after.state is not MemberState.UNREVOKED_PARTITIONS:
+            member.revocation_deadline = None
+        elif before.state is not MemberState.UNREVOKED_PARTITIONS or member.revocation_deadline is None:
+            member.revocation_deadline = now + max(member.rebalance_timeout_ms, 0)
         full = req.member_epoch == JOIN_EPOCH or (req.owned is not None and _nonempty(req.owned) != _nonempty(after.assigned))
         send = full or after.assigned != before.assigned or after.member_epoch != before.member_epoch
         return HeartbeatResponse(member_id=member.member_id, member_epoch=after.member_epoch,
                                  heartbeat_interval_ms=settings.heartbeat_interval_ms,
                                  assignment=_nonempty(after.assigned) if send else None)
+
+    def expired(self, now: int) -> list[str]:
+        """Members to remove now: silent for a session timeout (a static member that left for now
+        too), or holding partitions it was told to revoke past its rebalance timeout (Kafka fences
+        it: its partitions go to others)."""
+        return sorted(m.member_id for m in self.members.values()
+                      if now >= m.session_deadline
+                      or (m.revocation_deadline is not None and now >= m.revocation_deadline))
 
     def remove_member(self, member_id: str) -> bool:
         """A member leaves or is expired (session timeout, rebalance timeout): its partitions are
@@ -178,6 +196,7 @@ class ConsumerGroup:
             # A static member away for now keeps its partitions (held, not fetched) until it is
             # back or its session expires; the group does not rebalance.
             member.assignment = replace(member.assignment, member_epoch=STATIC_LEAVE_EPOCH)
+            member.revocation_deadline = None
         else:
             self.remove_member(member.member_id)
         return HeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
