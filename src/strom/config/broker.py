@@ -229,6 +229,14 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     group_max_size: int
+    group_consumer_session_timeout_ms: int
+    group_consumer_min_session_timeout_ms: int
+    group_consumer_max_session_timeout_ms: int
+    group_consumer_heartbeat_interval_ms: int
+    group_consumer_min_heartbeat_interval_ms: int
+    group_consumer_max_heartbeat_interval_ms: int
+    group_consumer_max_size: int
+    group_consumer_assignors: list[str]
     offsets_topic_num_partitions: int
     offsets_topic_replication_factor: int
     offsets_topic_segment_bytes: int
@@ -570,11 +578,30 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
 
     if _int(values, "group.min.session.timeout.ms") > _int(values, "group.max.session.timeout.ms"):
         raise ConfigError("group.min.session.timeout.ms", "must not be greater than group.max.session.timeout.ms")
+    _check_consumer_group_settings(values)
     if _int(values, "log.cleaner.min.compaction.lag.ms") > _int(values, "log.cleaner.max.compaction.lag.ms"):
         raise ConfigError(
             "log.cleaner.min.compaction.lag.ms", "must not be greater than log.cleaner.max.compaction.lag.ms"
         )
     return out
+
+
+def _check_consumer_group_settings(values: Mapping[str, Value]) -> None:
+    """Kafka's GroupCoordinatorConfig checks: each of the session timeout and the heartbeat
+    interval within its min and max, and the heartbeat interval below the session timeout."""
+    g = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        value, lo, hi = (_int(values, g + w) for w in (what, "min." + what, "max." + what))
+        if hi < lo:
+            raise ConfigError(g + "max." + what, f"value {hi} must be at least {g}min.{what} ({lo})")
+        if value < lo:
+            raise ConfigError(g + what, f"value {value} must be at least {g}min.{what} ({lo})")
+        if value > hi:
+            raise ConfigError(g + what, f"value {value} must be no more than {g}max.{what} ({hi})")
+    heartbeat, session = _int(values, g + "heartbeat.interval.ms"), _int(values, g + "session.timeout.ms")
+    if heartbeat >= session:
+        raise ConfigError(g + "heartbeat.interval.ms",
+                          f"value {heartbeat} must be less than {g}session.timeout.ms ({session})")
 
 
 # Kafka's Utils.validHostPattern: the characters a host name or address may have.

@@ -40,6 +40,9 @@ _DAY_MS = str(24 * 3600 * 1000)
 CLEANUP_POLICIES = ("compact", "delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+# group.consumer.assignors: the built-in assignors by name, and by Kafka's class names.
+CONSUMER_GROUP_ASSIGNORS = ("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                            "org.apache.kafka.coordinator.group.assignor.RangeAssignor")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # LegacyRecord.RECORD_OVERHEAD_V0: Kafka's floor for a segment size.
 MIN_SEGMENT_BYTES = 14
@@ -222,6 +225,29 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("group.max.session.timeout.ms", INT, "1800000", "Largest session timeout a member may ask for.",
               MEDIUM),
     ConfigDef("group.max.size", INT, _INT_MAX, "Most members in one consumer group.", MEDIUM, at_least(1)),
+    # --- consumer-protocol groups (KIP-848) ---
+    ConfigDef("group.consumer.session.timeout.ms", INT, "45000",
+              "Session timeout of a consumer-protocol member: silent this long, it is removed and its "
+              "partitions go to the others. Within group.consumer.min/max.session.timeout.ms.", MEDIUM,
+              at_least(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", INT, "45000",
+              "Smallest allowed group.consumer.session.timeout.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", INT, "60000",
+              "Largest allowed group.consumer.session.timeout.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", INT, "5000",
+              "How often a consumer-protocol member heartbeats (told in each ConsumerGroupHeartbeat "
+              "answer); less than group.consumer.session.timeout.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", INT, "5000",
+              "Smallest allowed group.consumer.heartbeat.interval.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", INT, "15000",
+              "Largest allowed group.consumer.heartbeat.interval.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.consumer.max.size", INT, _INT_MAX,
+              "Most members in one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond).", MEDIUM,
+              at_least(1)),
+    ConfigDef("group.consumer.assignors", LIST, "uniform,range",
+              "Server-side assignors of consumer-protocol groups, by name (or Kafka's class name); the "
+              "first is used when the members ask for none (group.remote.assignor).", MEDIUM,
+              ListOf(CONSUMER_GROUP_ASSIGNORS)),
     ConfigDef("offsets.topic.num.partitions", INT, "1",
               "Partitions of __consumer_offsets (fixed once the topic exists).", HIGH, at_least(1),
               kafka_default="50"),

@@ -29,6 +29,11 @@ class GroupConfig:
     # A new member's JoinGroup is parked at most this long (Kafka's NewMemberJoinTimeoutMs): it has
     # no member id yet, so it cannot heartbeat and a dead one would otherwise block the rebalance.
     new_member_join_timeout_ms: int = 300_000
+    # Consumer-protocol groups (KIP-848): what ConsumerGroup applies (ConsumerGroupSettings).
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = INT_MAX  # group.consumer.max.size
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (by name)
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
@@ -40,7 +45,17 @@ class GroupConfig:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            consumer_max_size=config.group_consumer_max_size,
+            consumer_assignors=tuple(dict.fromkeys(_assignor_name(a) for a in config.group_consumer_assignors)),
         )
+
+
+def _assignor_name(name: str) -> str:
+    """group.consumer.assignors lists names or Kafka's class names; the groups know the names."""
+    return {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}.get(name, name)
 
 
 @dataclass(frozen=True, slots=True)

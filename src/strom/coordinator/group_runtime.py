@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from strom.clock import now_ms
@@ -43,6 +43,7 @@ from strom.coordinator.api import (
     SyncGroupResult,
 )
 from strom.coordinator.config import GROUP_METADATA_TOPIC_NAME, GroupRuntimeConfig
+from strom.coordinator.consumer_group import HeartbeatRequest, HeartbeatResponse, TopicImage
 from strom.coordinator.group import Token, TopicPartition
 from strom.coordinator.partition_writer import Batch, LogReader, PartitionWriter
 from strom.coordinator.placement import Placement, replay_partition, replication_error
@@ -136,6 +137,8 @@ class GroupCoordinatorRuntime:
                                       (member.awaiting_sync, SyncGroupResult(E.not_coordinator))):
                     if isinstance(token, asyncio.Future) and not token.done():
                         token.set_result(result)
+        for group_id in [g for g in self.shard.consumer_groups if self.partition_for(g) == partition]:
+            del self.shard.consumer_groups[group_id]  # in memory only: its members join the new coordinator
         log.info("group coordinator: unloaded %s-%d (%d groups)", GROUP_METADATA_TOPIC_NAME, partition, len(doomed))
 
     def error_for(self, group_id: str) -> E:
@@ -264,6 +267,17 @@ class GroupCoordinatorRuntime:
 
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
         return self.shard.heartbeat(self.clock(), group_id, member_id, instance_id, generation)
+
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicImage]) -> HeartbeatResponse:
+        """ConsumerGroupHeartbeat: answered at once (the group is in memory, nothing is written);
+        raises HeartbeatError."""
+        try:
+            return self.shard.consumer_group_heartbeat(self.clock(), req, topics)
+        finally:
+            self._wakeup.set()  # a member's deadline may now be the earliest
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
+        return self.shard.validate_offset_fetch(group_id, member_id, member_epoch)
 
     async def leave_group(self, group_id: str, members: list[MemberIdentity]) -> LeaveGroupResult:
         result: LeaveGroupResult = await self._call(lambda now, t: self.shard.leave_group(now, t, group_id, members))

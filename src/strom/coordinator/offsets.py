@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
@@ -23,6 +24,9 @@ from strom.coordinator.group import ClassicGroup, GroupState, OffsetAndMetadata,
 from strom.coordinator.result import CoordinatorResult, Record
 from strom.protocol.errors import ErrorCode as E
 
+if TYPE_CHECKING:
+    from strom.coordinator.consumer_groups import ConsumerGroupManager
+
 log = logging.getLogger("strom.coordinator")
 
 S = GroupState
@@ -35,10 +39,12 @@ def offset_record(group_id: str, topic: str, partition: int, value: rec.OffsetCo
 
 
 class OffsetManager:
-    def __init__(self, config: GroupConfig, groups: dict[str, ClassicGroup], classic: ClassicGroupManager) -> None:
+    def __init__(self, config: GroupConfig, groups: dict[str, ClassicGroup], classic: ClassicGroupManager,
+                 consumer: ConsumerGroupManager | None = None) -> None:
         self.config = config
-        self.groups = groups
+        self.groups = groups  # classic groups, and the offsets of consumer groups
         self.classic = classic
+        self.consumer = consumer
         # Transactional offset commits not decided yet (Kafka's pendingTransactionalOffsetCommits):
         # producer id -> group -> partition -> offset. A COMMIT marker moves them into the groups.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
@@ -51,8 +57,16 @@ class OffsetManager:
         def all_failed(error: E) -> list[PartitionError]:
             return [PartitionError(p.topic, p.partition, error) for p in req.partitions]
 
+        consumer_error = self._validate_consumer(req)
+        if consumer_error is not None and consumer_error is not E.none:
+            res.reply(token, all_failed(consumer_error))
+            return res
         group = self.groups.get(req.group_id)
-        if group is None:
+        if consumer_error is E.none:
+            # A consumer group: its member is validated; the offsets are kept under its id.
+            if group is None:
+                group = self.groups[req.group_id] = ClassicGroup(req.group_id, state_timestamp=now)
+        elif group is None:
             if req.generation_id >= 0:
                 # A member of a generation this coordinator does not know: reject.
                 res.reply(token, all_failed(E.illegal_generation))
@@ -60,7 +74,8 @@ class OffsetManager:
             # Not using group management ("simple" consumer, admin tools): the group is just a namespace.
             group = ClassicGroup(req.group_id, state_timestamp=now)
             self.groups[req.group_id] = group
-        error = validate_offset_commit(group, req.member_id, req.group_instance_id, req.generation_id)
+        error = None if consumer_error is E.none else validate_offset_commit(
+            group, req.member_id, req.group_instance_id, req.generation_id)
         if error is not None:
             res.reply(token, all_failed(error))
             self.classic.drop_if_unused(group)
@@ -91,8 +106,12 @@ class OffsetManager:
                    producer_epoch: int) -> CoordinatorResult:
         """Offsets written in the producer's transaction; the group sees them when it commits."""
         res = CoordinatorResult()
+        consumer_error = self._validate_consumer(req) if req.generation_id >= 0 else None
+        if consumer_error is not None and consumer_error is not E.none:
+            res.reply(token, [PartitionError(p.topic, p.partition, consumer_error) for p in req.partitions])
+            return res
         group = self.groups.get(req.group_id)
-        if group is not None and group.members and req.generation_id >= 0:
+        if consumer_error is None and group is not None and group.members and req.generation_id >= 0:
             error = validate_offset_commit(group, req.member_id, req.group_instance_id, req.generation_id)
             if error is not None:
                 res.reply(token, [PartitionError(p.topic, p.partition, error) for p in req.partitions])
@@ -109,6 +128,12 @@ class OffsetManager:
         res.reply(token, results)
         res.on_failure = _failed_writes(token, results)
         return res
+
+    def _validate_consumer(self, req: OffsetCommitRequestData) -> E | None:
+        """A commit to a consumer-protocol group: NONE or its error; None when the group is not one."""
+        if self.consumer is None:
+            return None
+        return self.consumer.validate_commit(req.group_id, req.member_id, req.generation_id)
 
     def replay_pending(self, producer_id: int, key: rec.OffsetCommitKey, value: rec.OffsetCommitValue | None) -> None:
         if value is None:
@@ -242,6 +267,8 @@ class OffsetManager:
         res = CoordinatorResult()
         expired_total = 0
         for group in list(self.groups.values()):
+            if self.consumer is not None and self.consumer.is_active(group.group_id):
+                continue  # a consumer group with members keeps its offsets
             expired = self._expired_offsets(now, group)
             expired_total += len(expired)
             if expired or group.is_in(S.EMPTY):

@@ -9,20 +9,26 @@ this broker (a single broker leads them all).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
     DescribedGroup,
     FetchedOffset,
     JoinGroupRequestData,
+    JoinGroupResult,
+    LeaveGroupResult,
     ListedGroup,
     MemberDescription,
     MemberIdentity,
     OffsetCommitRequestData,
     SyncGroupRequestData,
+    SyncGroupResult,
 )
 from strom.coordinator.classic import ClassicGroupManager
 from strom.coordinator.config import GroupConfig
+from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResponse, TopicImage
+from strom.coordinator.consumer_groups import MEMBER_TIMER, ConsumerGroupManager
 from strom.coordinator.group import ClassicGroup, GroupState, Token, TopicPartition
 from strom.coordinator.offsets import OffsetManager
 from strom.coordinator.result import CoordinatorResult
@@ -39,9 +45,12 @@ class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig) -> None:
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
+        # Consumer-protocol groups (KIP-848), in memory; their offsets are kept in ``groups``.
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.timers = TimerQueue()
         self.classic = ClassicGroupManager(config, self.groups, self.timers)
-        self.offsets = OffsetManager(config, self.groups, self.classic)
+        self.consumer = ConsumerGroupManager(config, self.consumer_groups, self.groups, self.timers)
+        self.offsets = OffsetManager(config, self.groups, self.classic, self.consumer)
 
     # ------------------------------------------------------------------ loading
 
@@ -77,17 +86,37 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ group membership
 
+    # A classic request for a consumer group with members: GROUP_ID_NOT_FOUND, as Kafka 4 answers
+    # when it does not migrate the group ("Group ... is not a classic group").
+
     def join_group(self, now: int, token: Token, req: JoinGroupRequestData) -> CoordinatorResult:
+        if self.consumer.blocks_classic(req.group_id):
+            return _replied(token, JoinGroupResult(E.group_id_not_found, req.member_id))
         return self.classic.join_group(now, token, req)
 
     def sync_group(self, now: int, token: Token, req: SyncGroupRequestData) -> CoordinatorResult:
+        if self.consumer.blocks_classic(req.group_id):
+            return _replied(token, SyncGroupResult(E.group_id_not_found))
         return self.classic.sync_group(now, token, req)
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
+        if self.consumer.blocks_classic(group_id):
+            return E.group_id_not_found
         return self.classic.heartbeat(now, group_id, member_id, instance_id, generation)
 
     def leave_group(self, now: int, token: Token, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult:
+        if self.consumer.blocks_classic(group_id):
+            return _replied(token, LeaveGroupResult(E.group_id_not_found))
         return self.classic.leave_group(now, token, group_id, members)
+
+    def consumer_group_heartbeat(self, now: int, req: HeartbeatRequest,
+                                 topics: Mapping[str, TopicImage]) -> HeartbeatResponse:
+        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error."""
+        return self.consumer.heartbeat(now, req, topics)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
+        """OffsetFetch v9+: a consumer group's member must give its id and current epoch, if any."""
+        return self.consumer.validate_fetch(group_id, member_id, member_epoch)
 
     # ------------------------------------------------------------------ offsets
 
@@ -107,13 +136,31 @@ class GroupCoordinatorShard:
         return self.offsets.delete_offsets(now, token, group_id, partitions)
 
     def delete_groups(self, now: int, token: Token, group_ids: list[str]) -> CoordinatorResult:
-        return self.offsets.delete_groups(now, token, group_ids)
+        answers: dict[str, E] = {}
+        for group_id in group_ids:
+            group = self.consumer_groups.get(group_id)
+            if group is not None:
+                if group.members:
+                    answers[group_id] = E.non_empty_group
+                    continue
+                del self.consumer_groups[group_id]
+                if group_id not in self.groups:
+                    answers[group_id] = E.none
+        rest = [g for g in group_ids if g not in answers]
+        res = self.offsets.delete_groups(now, token, rest) if rest else CoordinatorResult()
+        if answers:
+            # Merge with the classic answers, in the request's order.
+            classic = dict(res.replies.pop()[1]) if rest else {}
+            res.reply(token, [(g, answers[g] if g in answers else classic[g]) for g in group_ids])
+        return res
 
     # ------------------------------------------------------------------ describing
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         group = self.groups.get(group_id)
-        if group is None or group.is_in(S.DEAD):
+        if group is None or group.is_in(S.DEAD) or group_id in self.consumer_groups:
+            # A consumer group is not described here (Kafka 4: "not a classic group", which
+            # DescribeGroups v6 answers GROUP_ID_NOT_FOUND): ConsumerGroupDescribe describes it.
             return DescribedGroup(group_id, E.none, S.DEAD.value, "", "")
         stable = group.is_in(S.STABLE)
         # Like Kafka: member metadata and assignments only once the group is Stable.
@@ -129,9 +176,9 @@ class GroupCoordinatorShard:
     def list_groups(self, states: set[str] | None = None, types: set[str] | None = None) -> list[ListedGroup]:
         wanted_states = {s.lower() for s in states} if states else None
         wanted_types = {t.lower() for t in types} if types else None
-        out = []
+        out = self.consumer.list_groups(wanted_states, wanted_types)
         for group in self.groups.values():
-            if group.is_in(S.DEAD):
+            if group.is_in(S.DEAD) or group.group_id in self.consumer_groups:
                 continue
             if wanted_states is not None and group.state.value.lower() not in wanted_states:
                 continue
@@ -156,7 +203,12 @@ class GroupCoordinatorShard:
         kind = key[0]
         if kind == "expire-offsets":
             self.timers.schedule(EXPIRE_OFFSETS_KEY, now + self.config.offsets_retention_check_interval_ms)
-            return self.offsets.expire(now)
+            res = self.offsets.expire(now)
+            self.consumer.drop_unused()
+            return res
+        if kind == MEMBER_TIMER:
+            self.consumer.on_member_timer(now, key[1], key[2])
+            return CoordinatorResult()
         group = self.groups.get(key[1])
         if group is None:
             return CoordinatorResult()
@@ -169,3 +221,9 @@ class GroupCoordinatorShard:
         if kind == "sync":
             return self.classic.on_sync_expired(now, group, key[2])
         raise AssertionError(f"unknown timer {key!r}")
+
+
+def _replied(token: Token, value: object) -> CoordinatorResult:
+    res = CoordinatorResult()
+    res.reply(token, value)
+    return res

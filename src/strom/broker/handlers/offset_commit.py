@@ -1,7 +1,9 @@
 """OffsetCommit (8): store committed offsets; answered once they are in __consumer_offsets.
 
 v2-4 carry a retention time, which is ignored (as Kafka does since 2.1: offsets expire
-offsets.retention.minutes after their group became empty).
+offsets.retention.minutes after their group became empty). v9's generation id is a member epoch for
+a consumer-protocol group: a commit from another epoch answers STALE_MEMBER_EPOCH, one from an
+unknown member UNKNOWN_MEMBER_ID.
 """
 
 from __future__ import annotations

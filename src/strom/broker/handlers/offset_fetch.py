@@ -2,7 +2,8 @@
 
 v1-7 ask for one group, v8+ for several. A null topic list (v2+) means every committed partition.
 With require_stable (v7+), a partition whose transactional offset commit is not decided yet answers
-UNSTABLE_OFFSET_COMMIT; the client retries.
+UNSTABLE_OFFSET_COMMIT; the client retries. v9 carries a consumer-protocol member's id and epoch: a
+wrong one answers UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for the group.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MAX_VERSION = 9
 
 
 def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: Any,
-                 require_stable: bool = False) -> tuple[E, list[dict[str, Any]]]:
+                 require_stable: bool = False, member_id: str | None = None,
+                 member_epoch: int = -1) -> tuple[E, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     acls = broker.acls
     if not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -32,6 +34,9 @@ def _fetch_group(broker: Broker, ctx: RequestContext, group_id: str, topics: Any
     coord, error = coordinator_for(broker, group_id)
     if coord is None:
         fetched = [FetchedOffset(t, p, error=error) for t, p in (wanted or [])]
+    elif (member_error := coord.validate_offset_fetch(group_id, member_id, member_epoch)) is not E.none:
+        # v9+: a consumer-protocol member gives its id and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
+        return member_error, []
     else:
         fetched = coord.fetch_offsets(group_id, wanted, require_stable)
         error = E.none
@@ -56,7 +61,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics, request.require_stable)
+            error, topics = _fetch_group(broker, ctx, g.group_id, g.topics, request.require_stable,
+                                         getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
     error, topics = _fetch_group(broker, ctx, request.group_id, request.topics,

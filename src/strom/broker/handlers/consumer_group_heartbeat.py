@@ -1,0 +1,96 @@
+"""ConsumerGroupHeartbeat (68): join, stay in, reconcile with and leave a consumer-protocol group
+(KIP-848). The broker computes the assignment; the answer carries the member's epoch and, when it
+changed, its partitions (topic ids). v1 adds the broker-resolved regular expression.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.api import duration_ms
+from strom.coordinator.consumer_group import HeartbeatError, HeartbeatRequest, TopicImage
+from strom.coordinator.group_runtime import coordinator_for
+from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation, ResourceType
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+    from strom.cluster.metadata import TopicInfo
+
+API_KEY = 68
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+
+class MetadataTopics(Mapping[str, TopicImage]):
+    """The broker's topics as the group sees them (id and partition count), read at each heartbeat."""
+
+    def __init__(self, topics: Mapping[str, TopicInfo]) -> None:
+        self._topics = topics
+
+    def __getitem__(self, name: str) -> TopicImage:
+        info = self._topics[name]
+        return TopicImage(info.topic_id, info.partitions)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._topics)
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+
+def _error(error: E, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": error, "error_message": message, "member_id": None,
+            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    acls = broker.acls
+    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _error(E.group_authorization_failed)
+    names = request.subscribed_topic_names
+    if names and acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names):
+        # Kafka: a member may subscribe only to topics it may describe.
+        return _error(E.topic_authorization_failed)
+    coord, error = coordinator_for(broker, request.group_id)
+    if coord is None:
+        return _error(error)
+    owned = request.topic_partitions
+    req = HeartbeatRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=duration_ms(request.rebalance_timeout),
+        subscribed_topic_names=None if names is None else tuple(names),
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=None if owned is None else _assignment(owned),
+    )
+    try:
+        r = coord.consumer_group_heartbeat(req, MetadataTopics(broker.metadata.topics()))
+    except HeartbeatError as e:
+        return _error(e.error, e.message)
+    return {
+        "throttle_time": 0,
+        "error_code": r.error,
+        "error_message": r.message,
+        "member_id": r.member_id,
+        "member_epoch": r.member_epoch,
+        "heartbeat_interval": r.heartbeat_interval_ms,
+        "assignment": None if r.assignment is None else {"topic_partitions": [
+            {"topic_id": topic_id, "partitions": sorted(parts)}
+            for topic_id, parts in sorted(r.assignment.items(), key=lambda kv: str(kv[0]))]},
+    }
+
+
+def _assignment(owned: Any) -> dict[uuid.UUID, frozenset[int]]:
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for tp in owned:
+        if tp.topic_id is not None:
+            out[tp.topic_id] = out.get(tp.topic_id, frozenset()) | frozenset(tp.partitions)
+    return out

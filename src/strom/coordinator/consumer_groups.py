@@ -1,0 +1,181 @@
+"""Consumer-protocol groups (KIP-848) in the group coordinator, beside the classic ones: the
+heartbeat, session and rebalance expiry through the shard's timer queue, and what offset commits
+and fetches from their members must carry (Kafka's GroupMetadataManager for consumer groups).
+
+One group id is one type. A ConsumerGroupHeartbeat for a classic group that has members answers
+GROUP_ID_NOT_FOUND (Kafka 4 when no online migration is possible); an empty classic group (one that
+only holds offsets) becomes a consumer group. Classic requests for a consumer group with members
+answer GROUP_ID_NOT_FOUND; an empty consumer group becomes classic again.
+
+Committed offsets stay where the classic groups keep theirs (an offsets-only ClassicGroup under
+the same id), so OffsetCommit records, replay and retention are shared. The consumer groups
+themselves are kept in memory only: after a restart (or a move of the coordinator) their members
+get UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH and join again, at the committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from strom.coordinator.api import ListedGroup
+from strom.coordinator.config import GroupConfig
+from strom.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupSettings,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    TopicImage,
+)
+from strom.coordinator.consumer_protocol import PROTOCOL_TYPE
+from strom.coordinator.group import ClassicGroup, GroupState
+from strom.coordinator.reconciliation import StaleMemberEpoch, check_commit_epoch
+from strom.coordinator.timers import TimerQueue
+from strom.protocol.errors import ErrorCode as E
+
+log = logging.getLogger("strom.coordinator")
+
+MEMBER_TIMER = "consumer-member"  # (MEMBER_TIMER, group id, member id): its session or revocation deadline
+
+
+def settings_from(config: GroupConfig) -> ConsumerGroupSettings:
+    return ConsumerGroupSettings(heartbeat_interval_ms=config.consumer_heartbeat_interval_ms,
+                                 session_timeout_ms=config.consumer_session_timeout_ms,
+                                 max_size=config.consumer_max_size,
+                                 assignors=config.consumer_assignors)
+
+
+def group_state(group: ConsumerGroup) -> str:
+    """Kafka's ConsumerGroup.ConsumerGroupState, as ListGroups and ConsumerGroupDescribe name it."""
+    if not group.members:
+        return "Empty"
+    if group.group_epoch > group.target_epoch:
+        return "Assigning"
+    return "Stable" if group.is_stable() else "Reconciling"
+
+
+class ConsumerGroupManager:
+    def __init__(self, config: GroupConfig, groups: dict[str, ConsumerGroup], classic: dict[str, ClassicGroup],
+                 timers: TimerQueue) -> None:
+        self.settings = settings_from(config)
+        self.groups = groups
+        self.classic = classic
+        self.timers = timers
+
+    # ------------------------------------------------------------------ the heartbeat
+
+    def heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage]) -> HeartbeatResponse:
+        """One ConsumerGroupHeartbeat; raises HeartbeatError with Kafka's error."""
+        group = self.groups.get(req.group_id)
+        created = group is None
+        if group is None:
+            classic = self.classic.get(req.group_id)
+            if classic is not None and not is_empty_classic(classic):
+                raise HeartbeatError(E.group_id_not_found, f"Group {req.group_id} is not a consumer group.")
+            # Made for a join; any other heartbeat finds no member (after a restart, say: it
+            # gets UNKNOWN_MEMBER_ID and joins again).
+            group = ConsumerGroup(req.group_id)
+        response = group.heartbeat(req, topics, self.settings, now)
+        if created and group.members:
+            self.groups[req.group_id] = group
+            log.info("created consumer group %s", req.group_id)
+        member = group.members.get(response.member_id or "")
+        key = (MEMBER_TIMER, req.group_id, response.member_id)
+        if member is None:
+            self.timers.cancel(key)
+        else:
+            self._schedule(req.group_id, member.member_id, group)
+        return response
+
+    def _schedule(self, group_id: str, member_id: str, group: ConsumerGroup) -> None:
+        member = group.members[member_id]
+        deadline = member.session_deadline
+        if member.revocation_deadline is not None:
+            deadline = min(deadline, member.revocation_deadline)
+        self.timers.schedule((MEMBER_TIMER, group_id, member_id), deadline)
+
+    def on_member_timer(self, now: int, group_id: str, member_id: str) -> None:
+        """A member's deadline passed: expire it (its partitions go to the others at their next
+        heartbeats), or, when it heartbeat meanwhile, wait for its new deadline."""
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return
+        if member_id in group.expired(now):
+            member = group.members[member_id]
+            why = "session timeout" if now >= member.session_deadline else "rebalance timeout (partitions not revoked)"
+            group.remove_member(member_id)
+            log.info("consumer group %s: member %s removed after its %s; group epoch %d", group_id, member_id, why,
+                     group.group_epoch)
+        else:
+            self._schedule(group_id, member_id, group)
+
+    # ------------------------------------------------------------------ group type
+
+    def blocks_classic(self, group_id: str) -> bool:
+        """A classic request for ``group_id``: True when it is a consumer group with members (the
+        request gets GROUP_ID_NOT_FOUND). An empty consumer group is dropped: it becomes classic."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return False
+        if group.members:
+            return True
+        del self.groups[group_id]
+        return False
+
+    def drop_unused(self) -> None:
+        """Forget empty consumer groups that hold no offsets any more."""
+        for group_id in [g for g, group in self.groups.items() if not group.members and g not in self.classic]:
+            del self.groups[group_id]
+
+    def is_active(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    # ------------------------------------------------------------------ offsets
+
+    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> E | None:
+        """OffsetCommit (and TxnOffsetCommit) to a consumer group (Kafka's
+        ConsumerGroup.validateOffsetCommit): without a member epoch only while the group is empty;
+        otherwise from a member at its current epoch. None: the group is not a consumer group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if member_epoch < 0 and not group.members:
+            return E.none
+        member = group.members.get(member_id)
+        if member is None:
+            return E.unknown_member_id
+        try:
+            check_commit_epoch(member.assignment, member_epoch)
+        except StaleMemberEpoch:
+            return E.stale_member_epoch
+        return E.none
+
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
+        """OffsetFetch v9+ with a member id and epoch (Kafka's ConsumerGroup.validateOffsetFetch)."""
+        group = self.groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return E.none
+        member = group.members.get(member_id or "")
+        if member is None:
+            return E.unknown_member_id
+        return E.none if member.member_epoch == member_epoch else E.stale_member_epoch
+
+    # ------------------------------------------------------------------ describing
+
+    def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[ListedGroup]:
+        if types is not None and "consumer" not in types:
+            return []
+        out = []
+        for group in self.groups.values():
+            state = group_state(group)
+            if states is not None and state.lower() not in states:
+                continue
+            out.append(ListedGroup(group.group_id, PROTOCOL_TYPE, state, "consumer"))
+        return out
+
+
+def is_empty_classic(group: ClassicGroup) -> bool:
+    """A classic group a consumer group may replace: no members, nothing under way."""
+    return group.is_in(GroupState.EMPTY, GroupState.DEAD) and not group.members and not group.pending_members
