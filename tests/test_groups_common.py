@@ -86,9 +86,11 @@ def poll_all(consumers: list[Any], until: Callable[[], bool], timeout: float, on
 class ConsumerProcess:
     """A group member in a child process; ``events`` fills in as it reports."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str, **config: Any) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, base: dict[str, Any] | None = None,
+                 **config: Any) -> None:
         self.name = name
-        settings = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, **FAST_CONSUMER, **config}
+        base = FAST_CONSUMER if base is None else base
+        settings = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, **base, **config}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, topic, json.dumps(settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
