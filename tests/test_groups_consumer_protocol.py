@@ -40,7 +40,7 @@ CG_CONSUMER: dict[str, Any] = {
     "topic.metadata.refresh.interval.ms": 1000,
 }
 
-CGH, OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, JOIN_GROUP = 68, 8, 9, 16, 15, 11
+CGH, CG_DESCRIBE, OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, JOIN_GROUP = 68, 69, 8, 9, 16, 15, 11
 
 
 @pytest.fixture(scope="module")
@@ -80,17 +80,33 @@ class Member:
 
 
 class Tally:
-    """Records seen by the members, each committed (synchronously) as it is processed."""
+    """Records seen by the members, each committed (synchronously) as it is processed.
+
+    A commit sent while the member's epoch moves on (its heartbeat's answer crossed the commit)
+    gets STALE_MEMBER_EPOCH, as from Kafka 4.0; like Kafka's Java consumer, the commit is sent again
+    once the client has its new epoch. It is still before any revocation: callbacks run in poll."""
 
     def __init__(self) -> None:
         self.seen: Counter[tuple[int, int]] = Counter()
         self.values: Counter[bytes] = Counter()
+        self.stale_commits = 0
 
     def __call__(self, members: list[Member]) -> Any:
+        from confluent_kafka import KafkaError, KafkaException
+
         def on_message(i: int, msg: Any) -> None:
             self.seen[(msg.partition(), msg.offset())] += 1
             self.values[msg.value()] += 1
-            members[i].consumer.commit(message=msg, asynchronous=False)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    members[i].consumer.commit(message=msg, asynchronous=False)
+                    return
+                except KafkaException as e:
+                    if e.args[0].code() != KafkaError.STALE_MEMBER_EPOCH or time.monotonic() > deadline:
+                        raise
+                    self.stale_commits += 1
+                    time.sleep(0.05)  # the client learns its new epoch from its next heartbeat
         return on_message
 
 
@@ -126,6 +142,18 @@ def test_four_members_split_twelve_partitions_and_consume_everything_once(
         confluent_produce(bs, topic, [{**v, "partition": i % 12} for i, v in enumerate(values(120, 120))])
         poll_all(members, lambda: len(tally.seen) >= 240, 30, tally(members), "240 records")
         assert all(len(m.owned) == 3 for m in members), [m.owned for m in members]
+        # AdminClient describes it through ConsumerGroupDescribe, and lists it as a consumer group.
+        from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+
+        admin = confluent_admin(bs)
+        d = admin.describe_consumer_groups([group], request_timeout=15)[group].result(timeout=20)
+        assert (d.state, d.type, d.partition_assignor) == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER,
+                                                           assignor)
+        assert sorted((m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions))
+                      for m in d.members) == sorted((m.name, sorted(m.owned)) for m in members)
+        listed = admin.list_consumer_groups(request_timeout=15).result(timeout=20).valid
+        assert [(g.state, g.type) for g in listed if g.group_id == group] == [
+            (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER)]
         if assignor == "range":  # range: each member a contiguous run of the partitions
             assert sorted(tuple(sorted(m.owned)) for m in members) == [
                 (0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)]
@@ -297,6 +325,16 @@ def test_raw_heartbeats_epochs_and_commits(cgbroker: BrokerProcess) -> None:
         described = conn.request(DESCRIBE_GROUPS, 6, request_class("describe_groups", 6, "DescribeGroupsRequest")(
             groups=(group,), include_authorized_operations=False)).groups[0]
         assert described.error_code == E.group_id_not_found and described.group_state == "Dead"
+        d = conn.request(CG_DESCRIBE, 1, request_class("consumer_group_describe", 1, "ConsumerGroupDescribeRequest")(
+            group_ids=(group,), include_authorized_operations=False)).groups[0]
+        assert (d.error_code, d.group_state, d.assignor_name, d.assignment_epoch) == (
+            E.none, "Stable", "uniform", d.group_epoch)
+        (m,) = d.members
+        assert (m.member_id, m.member_epoch, m.client_id, m.subscribed_topic_names, m.member_type) == (
+            member_id, epoch, "strom-tests", (topic,), 1)
+        assert [(tp.topic_id, tp.topic_name, tuple(tp.partitions)) for tp in m.assignment.topic_partitions] == [
+            (topic_id, topic, (0, 1))]
+        assert m.target_assignment == m.assignment
         # A classic member cannot join it.
         join = conn.request(JOIN_GROUP, 9, request_class("join_group", 9, "JoinGroupRequest")(
             group_id=group, session_timeout=ms(10000), rebalance_timeout=ms(10000), member_id="",
@@ -331,6 +369,11 @@ def test_a_classic_group_with_members_is_not_taken_over(cgbroker: BrokerProcess)
             r = _heartbeat(conn, group_id=group, member_id=str(uuid.uuid4()), member_epoch=0,
                            rebalance_timeout=ms(30000), subscribed_topic_names=(topic,), owned={})
         assert r.error_code == E.group_id_not_found, r
+        with RawConnection(bs) as conn:
+            d = conn.request(CG_DESCRIBE, 1, request_class("consumer_group_describe", 1, "ConsumerGroupDescribeRequest")(
+                group_ids=(group, "cg-nobody"), include_authorized_operations=False))
+        assert [(g.group_id, g.error_code) for g in d.groups] == [
+            (group, E.group_id_not_found), ("cg-nobody", E.group_id_not_found)]
     finally:
         classic.close()
 

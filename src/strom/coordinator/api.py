@@ -7,6 +7,7 @@ the state machine sees neither wire versions nor kio.
 from __future__ import annotations
 
 import datetime
+import uuid
 from dataclasses import dataclass, field
 
 from strom.protocol.errors import ErrorCode
@@ -149,3 +150,31 @@ class ListedGroup:
     protocol_type: str
     state: str
     group_type: str = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberDescription:
+    """A consumer-protocol member as ConsumerGroupDescribe shows it (assignments by topic id)."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: dict[uuid.UUID, tuple[int, ...]]
+    target_assignment: dict[uuid.UUID, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    group_id: str
+    error: ErrorCode
+    error_message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = -1
+    assignment_epoch: int = -1
+    assignor_name: str = ""
+    members: tuple[ConsumerMemberDescription, ...] = ()

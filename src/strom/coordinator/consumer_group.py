@@ -292,6 +292,13 @@ class ConsumerGroup:
                        for member_id, parts in result.items()}
         self.target_epoch = self.group_epoch
 
+    def assignor_name(self, settings: ConsumerGroupSettings) -> str:
+        """The assignor the group uses now ("" when the one asked for is not offered)."""
+        try:
+            return self._assignor(settings).name
+        except HeartbeatError:
+            return ""
+
     def _assignor(self, settings: ConsumerGroupSettings) -> PartitionAssignor:
         """The assignor the members ask for (group.remote.assignor); the broker's first otherwise."""
         available = {name: ASSIGNORS[name] for name in settings.assignors if name in ASSIGNORS}

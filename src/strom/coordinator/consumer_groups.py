@@ -16,9 +16,10 @@ get UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH and join again, at the committed of
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 
-from strom.coordinator.api import ListedGroup
+from strom.coordinator.api import ConsumerMemberDescription, DescribedConsumerGroup, ListedGroup
 from strom.coordinator.config import GroupConfig
 from strom.coordinator.consumer_group import (
     ConsumerGroup,
@@ -30,7 +31,7 @@ from strom.coordinator.consumer_group import (
 )
 from strom.coordinator.consumer_protocol import PROTOCOL_TYPE
 from strom.coordinator.group import ClassicGroup, GroupState
-from strom.coordinator.reconciliation import StaleMemberEpoch, check_commit_epoch
+from strom.coordinator.reconciliation import Assignment, StaleMemberEpoch, check_commit_epoch
 from strom.coordinator.timers import TimerQueue
 from strom.protocol.errors import ErrorCode as E
 
@@ -62,11 +63,15 @@ class ConsumerGroupManager:
         self.groups = groups
         self.classic = classic
         self.timers = timers
+        # group id -> member id -> (client id, client host), for ConsumerGroupDescribe
+        self.clients: dict[str, dict[str, tuple[str, str]]] = {}
 
     # ------------------------------------------------------------------ the heartbeat
 
-    def heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage]) -> HeartbeatResponse:
-        """One ConsumerGroupHeartbeat; raises HeartbeatError with Kafka's error."""
+    def heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
+                  client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
+        """One ConsumerGroupHeartbeat (``client``: its client id and host); raises HeartbeatError
+        with Kafka's error."""
         group = self.groups.get(req.group_id)
         created = group is None
         if group is None:
@@ -82,10 +87,14 @@ class ConsumerGroupManager:
             log.info("created consumer group %s", req.group_id)
         member = group.members.get(response.member_id or "")
         key = (MEMBER_TIMER, req.group_id, response.member_id)
+        clients = self.clients.setdefault(req.group_id, {})
         if member is None:
             self.timers.cancel(key)
         else:
             self._schedule(req.group_id, member.member_id, group)
+            clients[member.member_id] = client
+        for gone in [m for m in clients if m not in group.members]:
+            del clients[gone]
         return response
 
     def _schedule(self, group_id: str, member_id: str, group: ConsumerGroup) -> None:
@@ -164,6 +173,25 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------ describing
 
+    def describe(self, group_id: str) -> DescribedConsumerGroup:
+        """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND for an unknown or a classic group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            classic = self.classic.get(group_id)
+            if classic is not None and not classic.is_in(GroupState.DEAD):
+                return DescribedConsumerGroup(group_id, E.group_id_not_found,
+                                              f"Group {group_id} is not a consumer group.")
+            return DescribedConsumerGroup(group_id, E.group_id_not_found, f"Group {group_id} not found.")
+        clients = self.clients.get(group_id, {})
+        members = tuple(
+            ConsumerMemberDescription(
+                m.member_id, m.instance_id, m.rack_id, m.member_epoch, *clients.get(m.member_id, ("", "")),
+                tuple(sorted(m.subscribed_topic_names)), m.subscribed_topic_regex,
+                _sorted(m.assignment.assigned), _sorted(group.target.get(m.member_id, {})))
+            for m in group.members.values())
+        return DescribedConsumerGroup(group_id, E.none, None, group_state(group), group.group_epoch,
+                                      group.target_epoch, group.assignor_name(self.settings), members)
+
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[ListedGroup]:
         if types is not None and "consumer" not in types:
             return []
@@ -179,3 +207,7 @@ class ConsumerGroupManager:
 def is_empty_classic(group: ClassicGroup) -> bool:
     """A classic group a consumer group may replace: no members, nothing under way."""
     return group.is_in(GroupState.EMPTY, GroupState.DEAD) and not group.members and not group.pending_members
+
+
+def _sorted(assignment: Assignment) -> dict[uuid.UUID, tuple[int, ...]]:
+    return {t: tuple(sorted(ps)) for t, ps in assignment.items() if ps}

@@ -30,6 +30,7 @@ from typing import Any
 from strom.clock import now_ms
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
+    DescribedConsumerGroup,
     DescribedGroup,
     FetchedOffset,
     JoinGroupRequestData,
@@ -268,13 +269,17 @@ class GroupCoordinatorRuntime:
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
         return self.shard.heartbeat(self.clock(), group_id, member_id, instance_id, generation)
 
-    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicImage]) -> HeartbeatResponse:
+    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
+                                 client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
         """ConsumerGroupHeartbeat: answered at once (the group is in memory, nothing is written);
-        raises HeartbeatError."""
+        raises HeartbeatError. ``client``: the member's client id and host."""
         try:
-            return self.shard.consumer_group_heartbeat(self.clock(), req, topics)
+            return self.shard.consumer_group_heartbeat(self.clock(), req, topics, client)
         finally:
             self._wakeup.set()  # a member's deadline may now be the earliest
+
+    def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
+        return self.shard.describe_consumer_group(group_id)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         return self.shard.validate_offset_fetch(group_id, member_id, member_epoch)

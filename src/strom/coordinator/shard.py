@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
+    DescribedConsumerGroup,
     DescribedGroup,
     FetchedOffset,
     JoinGroupRequestData,
@@ -109,10 +110,13 @@ class GroupCoordinatorShard:
             return _replied(token, LeaveGroupResult(E.group_id_not_found))
         return self.classic.leave_group(now, token, group_id, members)
 
-    def consumer_group_heartbeat(self, now: int, req: HeartbeatRequest,
-                                 topics: Mapping[str, TopicImage]) -> HeartbeatResponse:
+    def consumer_group_heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
+                                 client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
         """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error."""
-        return self.consumer.heartbeat(now, req, topics)
+        return self.consumer.heartbeat(now, req, topics, client)
+
+    def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
+        return self.consumer.describe(group_id)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         """OffsetFetch v9+: a consumer group's member must give its id and current epoch, if any."""
