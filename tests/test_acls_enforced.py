@@ -400,6 +400,19 @@ def case_init_producer_id(b: BrokerProcess, name: str, group: str) -> bool:
     return code == 0
 
 
+def case_consumer_group_heartbeat(b: BrokerProcess, name: str, group: str) -> bool:
+    """A consumer-protocol member needs READ on its group and DESCRIBE on the topics it subscribes to."""
+    import uuid
+
+    from helpers import ms
+
+    code = _raw_error(b, 68, 1, "consumer_group_heartbeat", "ConsumerGroupHeartbeatRequest", group_id=group,
+                      member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout=ms(30000),
+                      subscribed_topic_names=(name,), topic_partitions=())
+    assert code in (0, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED), code
+    return code == 0
+
+
 MATRIX = [
     (case_list_offsets, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE)]),
     (case_describe_configs, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE_CONFIGS)]),
@@ -408,6 +421,8 @@ MATRIX = [
     (case_delete_records, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DELETE)]),
     (case_offset_fetch, [acl(ResourceType.GROUP, "{group}", AclOperation.DESCRIBE)]),
     (case_describe_groups, [acl(ResourceType.GROUP, "{group}", AclOperation.DESCRIBE)]),
+    (case_consumer_group_heartbeat, [acl(ResourceType.GROUP, "{group}", AclOperation.READ),
+                                     acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE)]),
 ]
 
 
