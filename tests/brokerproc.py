@@ -156,6 +156,24 @@ class BrokerProcess:
         with open(f"/proc/{self.proc.pid}/clear_refs", "w") as f:
             f.write("5")
 
+    def wait_for_log(self, *parts: str, timeout: float = 20.0, since: int = 0) -> str:
+        """The first log line from index ``since`` on that holds every one of ``parts``, waited for:
+        the log comes through a pipe read by a thread, so a line can arrive after the client
+        already saw the answer the broker logged it for."""
+        found: list[str] = []
+
+        def seen() -> bool:
+            found[:] = [line for line in self.log_lines[since:] if all(p in line for p in parts)][:1]
+            return bool(found)
+
+        deadline = time.monotonic() + timeout
+        while not seen():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no log line with {parts!r} within {timeout:.0f}s; last lines:\n"
+                                     + "\n".join(self.log_lines[-20:]))
+            time.sleep(0.02)
+        return found[0]
+
     def log_text(self) -> str:
         return "\n".join(self.log_lines)
 

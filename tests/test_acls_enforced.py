@@ -107,7 +107,7 @@ def test_write_needs_write_and_deny_wins(secured: BrokerProcess) -> None:
     grant(secured, acl(ResourceType.TOPIC, name, AclOperation.WRITE, AclPermission.DENY))
     assert produce_error(secured, name, b"denied") == TOPIC_AUTHORIZATION_FAILED
     assert records_in(secured, name) == [b"allowed"]
-    assert any("DENIED User:ANONYMOUS" in line and "WRITE on TOPIC:" + name in line for line in secured.log_lines)
+    secured.wait_for_log("DENIED User:ANONYMOUS", "WRITE on TOPIC:" + name)
 
 
 def test_all_implies_every_operation_and_a_prefix_matches(secured: BrokerProcess) -> None:

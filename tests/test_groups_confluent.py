@@ -198,9 +198,7 @@ def test_static_member_restart_gets_same_partitions_without_rebalance(gbroker: B
         # The coordinator decides at the rejoin, before it answers it: it says which way it went, and
         # a rebalance it started would be in its log before that line. The log comes through a pipe
         # read by a thread, so the line is waited for (b2's answer may come first).
-        rejoined = "static member inst-b of group static rejoined"
-        wait_until(lambda: any(rejoined in line for line in gbroker.log_lines[log_from:]), 20,
-                   what="the coordinator's log line for the rejoin")
+        gbroker.wait_for_log("static member inst-b of group static rejoined", since=log_from)
         since = gbroker.log_lines[log_from:]
         assert not any("preparing to rebalance group static " in line for line in since), since[-20:]
         assert [e for e in a.snapshot()[a_events:] if e["ev"] in ("assign", "revoke")] == []

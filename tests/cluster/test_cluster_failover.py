@@ -102,7 +102,7 @@ def test_session_expiry_rejoins_as_follower(cluster: Cluster) -> None:
     assert not producer.acks.errors, producer.acks.errors[:5]
     assert check_acknowledged(cluster, topic, 1, producer.acks) == producer.sent
     wait_replicas_identical(cluster, topic, 1)
-    assert any("registered again" in line for line in cluster.brokers[frozen].log_lines)
+    cluster.brokers[frozen].wait_for_log("registered again")
 
 
 def test_unclean_election_off_keeps_partition_offline(cluster: Cluster) -> None:

@@ -274,7 +274,7 @@ def test_isolated_leader_acknowledges_nothing_and_truncates_after_healing(cluste
     assert len(during) >= 3, during
     assert 0 not in during, f"the isolated leader acknowledged writes after the cut: {during}"
     assert REQUEST_TIMED_OUT in during, during
-    assert any("could not shrink the ISR" in line for line in cluster.brokers[old].log_lines)
+    cluster.brokers[old].wait_for_log("could not shrink the ISR")
     for p in (producer, direct, survivor):
         assert not p.acks.errors, p.acks.errors[:5]
     check_acknowledged(cluster, topic, 1, [producer.acks, direct.acks, survivor.acks, prober.acks])

@@ -97,7 +97,7 @@ def test_a_logged_in_user_gets_what_the_acls_allow(console_broker: SecureBroker,
     status, body = call(console_broker, certs, "DELETE", "/api/topics/alices", "alice", "alice-secret")
     assert status == 403 and body["error_code"] == 29
     assert exists(console_broker, "alices")
-    assert any("DENIED User:alice" in line and "DELETE on TOPIC:alices" in line for line in console_broker.proc.log_lines)
+    console_broker.proc.wait_for_log("DENIED User:alice", "DELETE on TOPIC:alices")
     # Describe and Delete on her topic: she sees it (only it) and deletes it.
     from confluent_kafka.admin import (
         AclBinding,
