@@ -259,11 +259,12 @@ def _heartbeat(conn: RawConnection, version: int = 1, **fields: Any) -> Any:
     return conn.request(CGH, version, body)
 
 
-def _commit_v9(conn: RawConnection, group: str, member_id: str, epoch: int, topic: str, offset: int) -> Any:
-    req = request_class("offset_commit", 9, "OffsetCommitRequest")
-    t = request_class("offset_commit", 9, "OffsetCommitRequestTopic")
-    p = request_class("offset_commit", 9, "OffsetCommitRequestPartition")
-    return conn.request(OFFSET_COMMIT, 9, req(
+def _commit_v9(conn: RawConnection, group: str, member_id: str, epoch: int, topic: str, offset: int,
+               version: int = 9) -> Any:
+    req = request_class("offset_commit", version, "OffsetCommitRequest")
+    t = request_class("offset_commit", version, "OffsetCommitRequestTopic")
+    p = request_class("offset_commit", version, "OffsetCommitRequestPartition")
+    return conn.request(OFFSET_COMMIT, version, req(
         group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id, group_instance_id=None,
         topics=(t(name=topic, partitions=(p(partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
                                             committed_metadata=""),)),)))
@@ -311,6 +312,9 @@ def test_raw_heartbeats_epochs_and_commits(cgbroker: BrokerProcess) -> None:
         assert stale.topics[0].partitions[0].error_code == E.stale_member_epoch
         stranger = _commit_v9(conn, group, "nobody", epoch, topic, 99)
         assert stranger.topics[0].partitions[0].error_code == E.unknown_member_id
+        # v8 cannot carry the member epoch: a member of a consumer-protocol group must use v9+.
+        old = _commit_v9(conn, group, member_id, epoch, topic, 99, version=8)
+        assert old.topics[0].partitions[0].error_code == E.unsupported_version
         fetched = _fetch_v9(conn, group, member_id, epoch, topic)
         assert fetched.error_code == E.none and fetched.topics[0].partitions[0].committed_offset == 7
         assert _fetch_v9(conn, group, member_id, epoch - 1, topic).error_code == E.stale_member_epoch

@@ -34,10 +34,11 @@ def parts(resp: HeartbeatResponse) -> set[int]:
     return set(resp.assignment.get(ORDERS, frozenset()))
 
 
-def commit(shard: GroupCoordinatorShard, member: str, epoch: int, offset: int = 5, group: str = "g") -> list[E]:
+def commit(shard: GroupCoordinatorShard, member: str, epoch: int, offset: int = 5, group: str = "g",
+           version: int = 9) -> list[E]:
     token = object()
     res = shard.commit_offsets(0, token, OffsetCommitRequestData(
-        group, member, None, epoch, [OffsetCommitPartition("orders", 0, offset)]))
+        group, member, None, epoch, [OffsetCommitPartition("orders", 0, offset)], version))
     for r in res.records:
         if r.replay:
             shard.replay(r.key, r.value, 0)
@@ -114,6 +115,8 @@ def test_commits_and_fetches_carry_the_member_epoch() -> None:
     assert commit(shard, "a", r.member_epoch - 1, 9) == [E.stale_member_epoch]
     assert commit(shard, "b", r.member_epoch, 9) == [E.unknown_member_id]
     assert commit(shard, "", -1, 9) == [E.unknown_member_id]  # the group has members
+    # A member's commit at a version without the member epoch (before v9): Kafka's UNSUPPORTED_VERSION.
+    assert commit(shard, "a", r.member_epoch, 9, version=8) == [E.unsupported_version]
     assert shard.fetch_offsets("g", [("orders", 0)])[0].offset == 5
     assert shard.validate_offset_fetch("g", "a", r.member_epoch) is E.none
     assert shard.validate_offset_fetch("g", None, -1) is E.none

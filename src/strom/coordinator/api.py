@@ -105,6 +105,8 @@ class OffsetCommitRequestData:
     group_instance_id: str | None
     generation_id: int
     partitions: list[OffsetCommitPartition]
+    # OffsetCommit's version (None: TxnOffsetCommit): a consumer-protocol member must commit at v9+.
+    api_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,10 +143,13 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------ offsets
 
-    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> E | None:
+    def validate_commit(self, group_id: str, member_id: str, member_epoch: int,
+                        api_version: int | None = None) -> E | None:
         """OffsetCommit (and TxnOffsetCommit) to a consumer group (Kafka's
         ConsumerGroup.validateOffsetCommit): without a member epoch only while the group is empty;
-        otherwise from a member at its current epoch. None: the group is not a consumer group."""
+        otherwise from a member at its current epoch, with OffsetCommit v9 or later (an older
+        version cannot carry the member epoch: UNSUPPORTED_VERSION). None: the group is not a
+        consumer group."""
         group = self.groups.get(group_id)
         if group is None:
             return None
@@ -155,6 +158,8 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
+        if api_version is not None and api_version < 9:
+            return E.unsupported_version
         try:
             check_commit_epoch(member.assignment, member_epoch)
         except StaleMemberEpoch:

@@ -133,7 +133,7 @@ class OffsetManager:
         """A commit to a consumer-protocol group: NONE or its error; None when the group is not one."""
         if self.consumer is None:
             return None
-        return self.consumer.validate_commit(req.group_id, req.member_id, req.generation_id)
+        return self.consumer.validate_commit(req.group_id, req.member_id, req.generation_id, req.api_version)
 
     def replay_pending(self, producer_id: int, key: rec.OffsetCommitKey, value: rec.OffsetCommitValue | None) -> None:
         if value is None:

@@ -72,7 +72,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     known, errors, order = sort_partitions(broker, coord, coord_error, request.topics, denied)
     if coord is not None and known:
         req = OffsetCommitRequestData(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
-                                      request.generation_id_or_member_epoch, known)
+                                      request.generation_id_or_member_epoch, known, ctx.api_version)
         results: list[PartitionError] = await coord.commit_offsets(req)
         errors.update({(r.topic, r.partition): r.error for r in results})
     return {"throttle_time": 0, "topics": response_topics(order, errors)}
