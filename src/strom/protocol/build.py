@@ -91,9 +91,9 @@ def _plan(cls: type) -> tuple[_FieldPlan, ...]:
         kind = classify_field(f)
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         if isinstance(kind, EntityTupleField | EntityField):
-            plans.append(
-                _FieldPlan(f.name, kind.type_, kind.is_array, _identity, () if kind.is_array else None, has_default)
-            )
+            # Kafka's zero of a struct that cannot be null is the struct with its fields' zeros.
+            entity_zero = () if kind.is_array else (None if is_optional(f) else build(kind.type_, {}))
+            plans.append(_FieldPlan(f.name, kind.type_, kind.is_array, _identity, entity_zero, has_default))
             continue
         kafka_type = f.metadata.get("kafka_type", "")
         zero: Any = () if kind.is_array else (None if is_optional(f) else _ZEROS.get(kafka_type))
