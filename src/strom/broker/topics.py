@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
-from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME
-from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
 from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
@@ -31,11 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("strom.topics")
 
 T = TypeVar("T")
-
-# Kafka's Topic.INTERNAL_TOPICS: only the broker's own coordinators write them (and they replay
-# what is there at load), so a client's Produce and DeleteRecords on them are refused with
-# E.invalid_topic_exception, as Kafka's ReplicaManager refuses them.
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 # Kafka's bound on the partitions one request may create, summed over its topics (KRaft's
 # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH): checked before anything is allocated.

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 INT_MAX = 2**31 - 1
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+# Kafka's Topic.INTERNAL_TOPICS: only the coordinators write them (and replay them at load), so a
+# client's Produce and DeleteRecords on them are refused with INVALID_TOPIC_EXCEPTION, as in Kafka.
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 
 @dataclass(frozen=True, slots=True)

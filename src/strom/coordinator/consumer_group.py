@@ -27,6 +27,7 @@ from strom.coordinator.assignors import (
     UnsupportedAssignor,
     get_assignor,
 )
+from strom.coordinator.config import INTERNAL_TOPICS
 from strom.coordinator.reconciliation import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -39,8 +40,6 @@ from strom.coordinator.reconciliation import (
     reconcile,
 )
 from strom.protocol.errors import ErrorCode as E
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 @dataclass(frozen=True, slots=True)

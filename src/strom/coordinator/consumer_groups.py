@@ -174,7 +174,11 @@ class ConsumerGroupManager:
         member = group.members.get(member_id or "")
         if member is None:
             return E.unknown_member_id
-        return E.none if member.member_epoch == member_epoch else E.stale_member_epoch
+        try:
+            check_commit_epoch(member.assignment, member_epoch)  # the same rule as for commits
+        except StaleMemberEpoch:
+            return E.stale_member_epoch
+        return E.none
 
     # ------------------------------------------------------------------ describing
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.topics import INTERNAL_TOPICS
+from strom.coordinator.config import INTERNAL_TOPICS
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 

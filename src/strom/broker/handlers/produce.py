@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.topics import INTERNAL_TOPICS
+from strom.coordinator.config import INTERNAL_TOPICS
 from strom.protocol.errors import ErrorCode as E
 from strom.replication.leader_append import partition_result
 from strom.security.acl import AclOperation, ResourceType
