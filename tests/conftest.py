@@ -3,11 +3,20 @@ and how the suite is spread over pytest-xdist's workers (see docs/testing.md, "H
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run of `make test` (derandomized, no example
+# database), so a failure in CI replays in a clean checkout. HYPOTHESIS_PROFILE=explore draws new
+# examples each run, for hunting by hand.
+settings.register_profile("strom", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "strom"))
 
 sys.path.insert(0, str(Path(__file__).parent))
 
