@@ -92,7 +92,7 @@ $(RDKAFKA_STAMP):
 	touch $@
 
 run: $(BASE_STAMP)
-	$(VENV)/bin/strom broker
+	$(VENV)/bin/strom broker --override schema.registry.listeners=http://127.0.0.1:8081
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests

@@ -23,6 +23,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "security": {"coordinator", "replication", "broker", "cli", "admin", "spark"},
     # Blocking client connections (kio requests, TLS, SASL login) that cli/ and spark/ share.
     "client": {"storage", "cluster", "replication", "coordinator", "broker", "cli", "admin", "spark"},
+    # The schema registry: a part of its own over a SchemaLog it declares (broker/schema_log.py is
+    # the broker's side, admin/registry.py wires it); it sees none of the broker.
+    "registry": {"storage", "cluster", "replication", "coordinator", "broker", "cli", "admin", "spark", "security",
+                 "client", "protocol", "records"},
 }
 NO_ASYNCIO = {"protocol", "records"}
 

@@ -21,7 +21,8 @@ NOT_IN_BASE = {"pyspark", "py4j", "pyarrow", "playwright", "greenlet", "pytest",
                "mypy", "ruff", "kafka-python", "aiokafka", "py-spy"}
 # What the broker and the strom command do need: if these were missing, the check would prove nothing.
 IN_BASE = {"strom", "kio", "crc32c", "cramjam", "aiohttp", "prometheus-client", "click", "rich",
-           "javaproperties", "confluent-kafka"}
+           "javaproperties", "confluent-kafka",
+           "fastavro", "jsonschema", "protobuf"}  # the schema registry `make run` turns on
 
 
 def _normalized(name: str) -> str:

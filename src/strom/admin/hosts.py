@@ -18,12 +18,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
 from strom.config import BrokerConfig
+from strom.config.broker import Listener
 
 log = logging.getLogger("strom.admin")
 
@@ -49,9 +50,14 @@ def host_name(header: str) -> str | None:
 
 
 class AllowedHosts:
-    def __init__(self, config: BrokerConfig) -> None:
+    """``listeners``: the HTTP listeners guarded (admin.listeners unless given; the schema
+    registry's are guarded the same way); ``what`` names them in the log and the refusal."""
+
+    def __init__(self, config: BrokerConfig, listeners: Sequence[Listener] | None = None,
+                 what: str = "admin listener") -> None:
         names = {"localhost"}
-        for listener in config.admin_listeners:
+        self.what = what
+        for listener in config.admin_listeners if listeners is None else listeners:
             host = listener.host.lower().rstrip(".")
             if host in _WILDCARDS:
                 names.add(socket.gethostname().lower())
@@ -82,10 +88,10 @@ class AllowedHosts:
                     shown = name if name is not None else header[:100]
                     if len(self._logged) < _LOGGED_MAX and shown not in self._logged:
                         self._logged.add(shown)
-                        log.warning("admin listener: refused a request for host %r from %s (not one of its names; "
-                                    "admin.allowed.hosts adds names)", shown, request.remote)
+                        log.warning("%s: refused a request for host %r from %s (not one of its names; "
+                                    "admin.allowed.hosts adds names)", self.what, shown, request.remote)
                     return web.json_response(
-                        {"error": f"this admin listener does not answer for host {shown!r}; "
+                        {"error": f"this {self.what} does not answer for host {shown!r}; "
                                   "add the name to admin.allowed.hosts to use it"}, status=421)
             return await handler(request)
 

@@ -113,6 +113,7 @@ class Broker:
                                        self.config_admin.apply_broker_config, self.topics.log_config, self.spawn)
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
+        self.serving = asyncio.Event()  # set once start() is done: logs loaded, listeners accepting
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
         self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
@@ -206,6 +207,7 @@ class Broker:
             await self.cluster.register(self._bound_endpoints())  # joins: the controller sees it now
         self.spawn(self._flush_loop())
         self.spawn(self._checkpoint_loop())
+        self.serving.set()
         ports = ",".join(str(a.port) for a in self._acceptors)
         log.info("strom broker %d ready: listening on %s (port %s), log.dirs=%s",
                  self.config.broker_id, ",".join(self._describe(lst) for lst in self.config.listeners),

@@ -82,6 +82,10 @@ def broker(ctx: click.Context, config_path: Path | None, overrides: tuple[str, .
             attach(b)
         else:
             logging.getLogger("strom.admin").info("admin listener disabled (admin.listeners is empty)")
+        if b.config.schema_registry_listeners:
+            from strom.admin.registry import attach as attach_registry  # fastavro & co. only when it is on
+
+            attach_registry(b)
         attach_from_environment(b)  # only a broker strom.testing started (see broker/faults.py)
 
     run_broker(config, setup=setup)

@@ -135,6 +135,7 @@ _DERIVED = frozenset(
         "inter_broker_listener_name",
         "admin_listeners",
         "admin_allowed_hosts",
+        "schema_registry_listeners",
         "max_connections_per_ip_overrides",
         "log_dirs",
         "log_roll_ms",
@@ -170,6 +171,7 @@ class BrokerConfig:
     security_inter_broker_protocol: str
     admin_listeners: list[Listener]
     admin_allowed_hosts: list[str]  # lower case, without a trailing dot
+    schema_registry_listeners: list[Listener]
     broker_rack: str | None
     # storage
     log_dirs: list[Path]
@@ -516,6 +518,11 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
             raise ConfigError("admin.listeners", f"'{a}' must start with http:// or https://")
     out["admin_listeners"] = admin
     out["admin_allowed_hosts"] = _allowed_hosts(values.get("admin.allowed.hosts") or [])
+    registry = parse_listeners("schema.registry.listeners", _opt_str(values, "schema.registry.listeners") or "")
+    for a in registry:
+        if a.name not in ("HTTP", "HTTPS"):
+            raise ConfigError("schema.registry.listeners", f"'{a}' must start with http:// or https://")
+    out["schema_registry_listeners"] = registry
 
     # Connection limits, with Kafka's cross-checks (KafkaConfig.validateValues).
     per_ip = _parse_per_ip_overrides(_opt_str(values, "max.connections.per.ip.overrides") or "")

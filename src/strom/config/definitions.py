@@ -78,6 +78,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("admin.allowed.hosts", LIST, "",
               "strom only: host names, besides the admin listener's own, a request to it may name in its "
               "Host header (.example.com = that domain and its subdomains, * = any).", MEDIUM),
+    ConfigDef("schema.registry.listeners", STR, "",
+              "strom only: http://host:port (or https://) addresses of the schema registry (Confluent's REST "
+              "API, stored in the _schemas topic); empty = off.", MEDIUM),
     ConfigDef("broker.rack", STR, None, "Rack of this broker, for rack-aware replica placement.", MEDIUM),
     # --- storage ---
     ConfigDef("log.dirs", STR, None, "Comma-separated data directories; null = log.dir.", HIGH),

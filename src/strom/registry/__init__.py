@@ -1,0 +1,6 @@
+"""A Confluent-compatible schema registry served by the broker (docs/schema-registry.md).
+
+Its state lives in the compacted ``_schemas`` topic in Confluent's record format; every write goes
+through that topic before it is answered. It knows nothing of the broker's handlers: it is given a
+``SchemaLog`` (store.py) to append to and read from, and HTTP middlewares for hosts and logins.
+"""

@@ -1,0 +1,92 @@
+"""The registry's HTTP listeners: the API app served on sockets bound by the caller, beside the
+admin listener, in the broker's loop. ``start`` binds and serves at once (requests wait for the
+load); the load of ``_schemas`` runs in the background once the broker serves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from strom.registry.app import make_app
+from strom.registry.ops import Registry
+from strom.registry.store import SchemaLog, Store
+
+log = logging.getLogger("strom.registry")
+
+
+class Endpoint(Protocol):
+    """One listener (strom.config.broker.Listener): HTTP or HTTPS, host, port."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+Bind = Callable[[str, str, int], list[socket.socket]]
+
+
+class RegistryServer:
+    def __init__(self, listeners: Sequence[Endpoint], schema_log: SchemaLog, bind: Bind,
+                 tls: ssl.SSLContext | None = None, middlewares: Sequence[Any] = ()) -> None:
+        self.listeners = listeners
+        self.bind = bind  # binds or raises the broker's one-line error naming the listener
+        self.tls = tls
+        self.store = Store(schema_log)
+        self.registry = Registry(self.store)
+        self.app = make_app(self.registry, middlewares)
+        self.addresses: list[str] = []
+        self._runner: web.AppRunner | None = None
+        self._loader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        bound: list[tuple[Endpoint, list[socket.socket]]] = []
+        try:
+            for listener in self.listeners:  # all of them first: a failure leaves nothing half started
+                what = f"schema registry listener {listener.name.lower()}://{listener.host}:{listener.port}"
+                bound.append((listener, self.bind(what, listener.host or "0.0.0.0", listener.port)))
+        except Exception:
+            for _, sockets in bound:
+                for sock in sockets:
+                    sock.close()
+            raise
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runner = runner
+        for listener, sockets in bound:
+            tls = self.tls if listener.name == "HTTPS" else None
+            for sock in sockets:
+                await web.SockSite(runner, sock, ssl_context=tls).start()
+                host, port = sock.getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                url = f"{'https' if tls is not None else 'http'}://{shown}:{port}"
+                self.addresses.append(url)
+                log.info("schema registry listening on %s", url)
+        self._loader = asyncio.ensure_future(self._load())
+
+    async def _load(self) -> None:
+        try:
+            await self.store.load()
+        except Exception:
+            log.exception("schema registry: could not load _schemas")
+
+    async def stop(self) -> None:
+        if self._loader is not None:
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+            self._loader = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
