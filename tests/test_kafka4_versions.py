@@ -199,6 +199,7 @@ def test_list_offsets_v11_earliest_pending_upload_without_tiered_storage(module_
             ))).topics
             (p,) = t.partitions
             assert int(p.error_code) == 0, p
+            assert (int(p.leader_epoch) == -1) == (int(p.offset) == -1), p  # no offset, no epoch
             return int(p.offset), int(p.timestamp)
 
         assert lookup(-1) == (3, -1)  # latest
@@ -351,3 +352,28 @@ def test_describe_topic_partitions_checks_describe_on_each_topic(secured: tuple[
         1 << int(AclOperation.READ))
     # Asked for every topic, the hidden one is left out as if it did not exist.
     assert [t.name for t in every.topics] == [seen]
+
+
+def test_kafka_python_pages_through_describe_topic_partitions(module_broker: BrokerProcess) -> None:
+    """kafka-python's own DescribeTopicPartitions (KafkaAdminClient.describe_topic_partitions)."""
+    from kafka import KafkaAdminClient
+
+    stem = unique("kp-dtp")
+    sizes = {f"{stem}-a": 3, f"{stem}-b": 2, f"{stem}-c": 4}
+    with RawConnection(module_broker.bootstrap) as conn:
+        for name, n in sizes.items():
+            assert int(conn.create_topic(name, n).error_code) == 0
+    admin = KafkaAdminClient(bootstrap_servers=module_broker.bootstrap, request_timeout_ms=10000)
+    try:
+        seen: list[tuple[str, int]] = []
+        cursor = None
+        for _ in range(10):
+            page = admin.describe_topic_partitions(list(sizes), response_partition_limit=4, cursor=cursor)
+            assert sum(len(t["partitions"]) for t in page["topics"]) <= 4
+            seen += [(t["name"], p["partition_index"]) for t in page["topics"] for p in t["partitions"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    finally:
+        admin.close()
+    assert seen == [(name, p) for name, n in sizes.items() for p in range(n)]

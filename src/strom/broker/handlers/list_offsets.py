@@ -67,7 +67,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             ts, offset = lookup(plog, p.timestamp, getattr(request, "isolation_level", 0))
+            # No offset found (a timestamp past the last record, nothing tiered): no epoch either.
             parts.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
-                          "offset": offset, "leader_epoch": epoch})
+                          "offset": offset, "leader_epoch": epoch if offset >= 0 else -1})
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
