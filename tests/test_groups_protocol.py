@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +17,8 @@ from strom.protocol.build import build
 
 FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, COMMIT, FETCH = 10, 11, 12, 13, 14, 15, 16, 8, 9
 DELETE_GROUPS, OFFSET_DELETE = 42, 47
-RANGES = {FIND_COORDINATOR: (0, 6), JOIN: (0, 9), SYNC: (0, 5), HEARTBEAT: (0, 4), LEAVE: (0, 5), COMMIT: (2, 9),
-          FETCH: (1, 9), DESCRIBE: (0, 6), LIST: (0, 5), DELETE_GROUPS: (0, 2), OFFSET_DELETE: (0, 0)}
+RANGES = {FIND_COORDINATOR: (0, 6), JOIN: (0, 9), SYNC: (0, 5), HEARTBEAT: (0, 4), LEAVE: (0, 5), COMMIT: (2, 10),
+          FETCH: (1, 10), DESCRIBE: (0, 6), LIST: (0, 5), DELETE_GROUPS: (0, 2), OFFSET_DELETE: (0, 0)}
 MODULES = {FIND_COORDINATOR: "find_coordinator", JOIN: "join_group", SYNC: "sync_group", HEARTBEAT: "heartbeat",
            LEAVE: "leave_group", COMMIT: "offset_commit", FETCH: "offset_fetch", DESCRIBE: "describe_groups",
            LIST: "list_groups", DELETE_GROUPS: "delete_groups", OFFSET_DELETE: "offset_delete"}
@@ -55,7 +56,7 @@ def test_advertised_ranges(gbroker: BrokerProcess) -> None:
         assert keys[api] == rng, (api, keys.get(api))
 
 
-@pytest.mark.parametrize("i", range(10))
+@pytest.mark.parametrize("i", range(11))
 def test_group_life_cycle_at_every_version(gbroker: BrokerProcess, i: int) -> None:
     group, topic = f"raw-{i}", "g-raw"
     with RawConnection(gbroker.bootstrap) as conn:
@@ -97,15 +98,21 @@ def test_group_life_cycle_at_every_version(gbroker: BrokerProcess, i: int) -> No
                      {"partition_index": 1, "committed_offset": 42 + i, "committed_leader_epoch": 3,
                       "committed_metadata": f"m{i}"})
         tcls = _cls(COMMIT, v, "OffsetCommitRequestTopic")
-        topics = (build(tcls, {"name": topic, "partitions": (part,)}),
-                  build(tcls, {"name": "no-such-topic", "partitions": (part,)}))
+        # v10 names topics by id (build() keeps the key the version has): UNKNOWN_TOPIC_ID for an unknown one.
+        topic_id, unknown_id = conn.topic_id(topic), uuid.UUID(int=1)
+        topics = (build(tcls, {"name": topic, "topic_id": topic_id, "partitions": (part,)}),
+                  build(tcls, {"name": "no-such-topic", "topic_id": unknown_id, "partitions": (part,)}))
         r = call(conn, COMMIT, v, "OffsetCommitRequest", group_id=group, generation_id_or_member_epoch=generation,
                  member_id=member, retention_time=-1, topics=topics)
-        assert [(t.name, int(t.partitions[0].error_code)) for t in r.topics] == [(topic, 0), ("no-such-topic", 3)]
+        if v >= 10:
+            assert [(t.topic_id, int(t.partitions[0].error_code)) for t in r.topics] == [(topic_id, 0), (unknown_id, 100)]
+        else:
+            assert [(t.name, int(t.partitions[0].error_code)) for t in r.topics] == [(topic, 0), ("no-such-topic", 3)]
 
         v = _v(FETCH, i)
         if v >= 8:
-            gt = build(_cls(FETCH, v, "OffsetFetchRequestTopics"), {"name": topic, "partition_indexes": (0, 1)})
+            gt = build(_cls(FETCH, v, "OffsetFetchRequestTopics"),
+                       {"name": topic, "topic_id": topic_id, "partition_indexes": (0, 1)})
             g = build(_cls(FETCH, v, "OffsetFetchRequestGroup"),
                       {"group_id": group, "member_id": None, "member_epoch": -1, "topics": (gt,)})
             r = call(conn, FETCH, v, "OffsetFetchRequest", groups=(g,), require_stable=True)
@@ -155,7 +162,7 @@ def test_group_life_cycle_at_every_version(gbroker: BrokerProcess, i: int) -> No
         p0 = build(_cls(COMMIT, v, "OffsetCommitRequestPartition"),
                    {"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1, "committed_metadata": None})
         r = call(conn, COMMIT, v, "OffsetCommitRequest", group_id=group, generation_id_or_member_epoch=-1,
-                 member_id="", retention_time=-1, topics=(build(tcls, {"name": topic, "partitions": (p0,)}),))
+                 member_id="", retention_time=-1, topics=(build(tcls, {"name": topic, "topic_id": topic_id, "partitions": (p0,)}),))
         assert int(r.topics[0].partitions[0].error_code) == 0
 
         dp = build(_cls(OFFSET_DELETE, 0, "OffsetDeleteRequestPartition"), {"partition_index": 1})

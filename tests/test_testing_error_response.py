@@ -59,11 +59,15 @@ def versions(name: str) -> list[int]:
 
 @pytest.mark.parametrize("version", versions("produce"))
 def test_produce_answers_every_partition(version: int) -> None:
+    audit_id = uuid.uuid4()
     body = round_trip(0, version, {"acks": -1, "topic_data": [
-        {"name": "orders", "partition_data": [{"index": 0, "records": None}, {"index": 2, "records": None}]},
-        {"name": "audit", "partition_data": [{"index": 1, "records": None}]}]})
-    got = [(t.name, p.index, p.error_code, p.base_offset) for t in body.responses for p in t.partition_responses]
-    assert got == [("orders", 0, CODE, -1), ("orders", 2, CODE, -1), ("audit", 1, CODE, -1)]
+        {"name": "orders", "topic_id": TOPIC_ID,
+         "partition_data": [{"index": 0, "records": None}, {"index": 2, "records": None}]},
+        {"name": "audit", "topic_id": audit_id, "partition_data": [{"index": 1, "records": None}]}]})
+    got = [(t.topic_id if version >= 13 else t.name, p.index, p.error_code, p.base_offset)
+           for t in body.responses for p in t.partition_responses]
+    orders, audit = (TOPIC_ID, audit_id) if version >= 13 else ("orders", "audit")  # v13: topics by id
+    assert got == [(orders, 0, CODE, -1), (orders, 2, CODE, -1), (audit, 1, CODE, -1)]
 
 
 @pytest.mark.parametrize("version", versions("fetch"))
@@ -101,16 +105,18 @@ def test_list_offsets_answers_every_partition(version: int) -> None:
 @pytest.mark.parametrize("version", versions("offset_commit"))
 def test_offset_commit_answers_every_partition(version: int) -> None:
     body = round_trip(8, version, {"group_id": "g", "member_id": "m", "topics": [
-        {"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 5},
-                                          {"partition_index": 1, "committed_offset": 7}]}]},
+        {"name": "orders", "topic_id": TOPIC_ID, "partitions": [{"partition_index": 0, "committed_offset": 5},
+                                                                {"partition_index": 1, "committed_offset": 7}]}]},
                       ErrorCode.coordinator_not_available)
-    assert [(t.name, p.partition_index, p.error_code) for t in body.topics for p in t.partitions] == \
-        [("orders", 0, ErrorCode.coordinator_not_available), ("orders", 1, ErrorCode.coordinator_not_available)]
+    orders = TOPIC_ID if version >= 10 else "orders"  # v10: topics by id
+    assert [(t.topic_id if version >= 10 else t.name, p.partition_index, p.error_code)
+            for t in body.topics for p in t.partitions] == \
+        [(orders, 0, ErrorCode.coordinator_not_available), (orders, 1, ErrorCode.coordinator_not_available)]
 
 
 @pytest.mark.parametrize("version", versions("offset_fetch"))
 def test_offset_fetch_answers_group_and_partitions(version: int) -> None:
-    topics = [{"name": "orders", "partition_indexes": [0, 1]}]
+    topics = [{"name": "orders", "topic_id": TOPIC_ID, "partition_indexes": [0, 1]}]
     request = {"groups": [{"group_id": "g", "topics": topics}]} if version >= 8 else \
         {"group_id": "g", "topics": topics}
     body = round_trip(9, version, request, ErrorCode.coordinator_not_available)
@@ -122,8 +128,10 @@ def test_offset_fetch_answers_group_and_partitions(version: int) -> None:
         topics_out = body.topics
         if version >= 2:
             assert body.error_code == ErrorCode.coordinator_not_available
-    assert [(t.name, p.partition_index, p.error_code, p.committed_offset) for t in topics_out for p in t.partitions] \
-        == [("orders", i, ErrorCode.coordinator_not_available, -1) for i in (0, 1)]
+    orders = TOPIC_ID if version >= 10 else "orders"  # v10: topics by id
+    assert [(t.topic_id if version >= 10 else t.name, p.partition_index, p.error_code, p.committed_offset)
+            for t in topics_out for p in t.partitions] \
+        == [(orders, i, ErrorCode.coordinator_not_available, -1) for i in (0, 1)]
 
 
 @pytest.mark.parametrize("version", versions("find_coordinator"))

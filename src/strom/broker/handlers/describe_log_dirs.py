@@ -1,4 +1,7 @@
-"""DescribeLogDirs (35): per log directory, the size of each partition and the disk's capacity."""
+"""DescribeLogDirs (35): per log directory, the size of each partition and the disk's capacity.
+
+v5 says whether each directory is cordoned (KIP-1066: no new partitions placed there); strom has no
+cordoning, so none is."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ if TYPE_CHECKING:
 
 API_KEY = 35
 MIN_VERSION = 1
-MAX_VERSION = 4
+MAX_VERSION = 5
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -40,5 +43,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         except OSError:
             total = usable = -1
         results.append({"error_code": 0, "log_dir": log_dir, "total_bytes": total, "usable_bytes": usable,
+                        "is_cordoned": False,
                         "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
     return {"throttle_time": 0, "error_code": 0, "results": results}

@@ -1,5 +1,10 @@
 """EndTxn (26): commit or abort the producer's transaction. Answered once PrepareCommit or
-PrepareAbort is written; the markers and the Complete state follow in the background."""
+PrepareAbort is written; the markers and the Complete state follow in the background.
+
+v5 belongs to transactions V2 (KIP-890 part 2): the coordinator bumps the producer epoch at the end
+of every transaction and answers the new producer id and epoch. strom finalizes no
+``transaction.version`` and runs transactions V1 (the epoch stays, partitions are added explicitly),
+so v4 stays the last version served; clients send v5 only when transaction.version 2 is finalized."""
 
 from __future__ import annotations
 

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 API_KEY = 1
 MIN_VERSION = 4
-MAX_VERSION = 16
+# v17 (a replica's directory id, KIP-853) and v18 (the fetcher's high watermark, KIP-1166) add request
+# fields used between KRaft voters; on a topic partition a broker serves them as v16.
+MAX_VERSION = 18
 
 TOPIC_ID_VERSION = 13
 READ_COMMITTED = 1

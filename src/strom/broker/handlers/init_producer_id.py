@@ -1,5 +1,12 @@
 """InitProducerId (22): producer ids for idempotent producers, and for transactional ones from the
-transaction coordinator (epoch bump, fencing of an older instance, abort of its open transaction)."""
+transaction coordinator (epoch bump, fencing of an older instance, abort of its open transaction).
+
+v6 (KIP-939) lets a producer take part in a two-phase commit: enable2Pc (no transaction timeout)
+and keepPreparedTxn (keep the prepared transaction instead of aborting it), with the ongoing
+transaction's producer id and epoch in the answer. Two-phase commit is off on strom, as it is on
+Kafka by default (transaction.two.phase.commit.enable=false), so such a request is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's answer then; any other v6 request is served as v5
+and answers no ongoing transaction (-1, -1)."""
 
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ if TYPE_CHECKING:
 
 API_KEY = 22
 MIN_VERSION = 0
-MAX_VERSION = 5
+MAX_VERSION = 6
 PRODUCER_FENCED_VERSION = 4
 
 
@@ -35,6 +42,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
         acls.cluster_allowed(ctx, AclOperation.IDEMPOTENT_WRITE)  # the audit line
         return _answer(E.cluster_authorization_failed)
+    if getattr(request, "enable2_pc", False) or getattr(request, "keep_prepared_txn", False):
+        return _answer(E.transactional_id_authorization_failed)  # two-phase commit is not enabled
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if request.transactional_id is not None:

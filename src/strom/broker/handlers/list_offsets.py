@@ -1,4 +1,9 @@
-"""ListOffsets (2): earliest, latest, max timestamp, or the first offset at/after a timestamp."""
+"""ListOffsets (2): earliest, latest, max timestamp, or the first offset at/after a timestamp.
+
+The tiered-storage lookups answer as Kafka does for a topic without remote storage (strom has
+none): earliest-local (-4, v8+) is the log start, latest-tiered (-5, v9+) and earliest-pending-upload
+(-6, v11+, KIP-1023) find no offset (-1). v10's timeout bounds a lookup in remote storage; every
+lookup here is local and answered at once."""
 
 from __future__ import annotations
 
@@ -13,13 +18,14 @@ if TYPE_CHECKING:
 
 API_KEY = 2
 MIN_VERSION = 1
-MAX_VERSION = 10
+MAX_VERSION = 11
 
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
 
 
 READ_COMMITTED = 1
@@ -32,7 +38,7 @@ def lookup(plog: Any, timestamp: int, isolation_level: int = 0) -> tuple[int, in
         return -1, plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
-    if timestamp == LATEST_TIERED:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = plog.max_timestamp_and_offset() if hasattr(plog, "max_timestamp_and_offset") else None
@@ -61,7 +67,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             ts, offset = lookup(plog, p.timestamp, getattr(request, "isolation_level", 0))
+            # No offset found (a timestamp past the last record, nothing tiered): no epoch either.
             parts.append({"partition_index": p.partition_index, "error_code": 0, "timestamp": ts,
-                          "offset": offset, "leader_epoch": epoch})
+                          "offset": offset, "leader_epoch": epoch if offset >= 0 else -1})
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -1,8 +1,11 @@
 """ListTransactions (66): the transactional ids this broker coordinates, filtered by state names
-(Kafka's: Ongoing, PrepareCommit, ...), producer ids and, from v1, a minimum running time."""
+(Kafka's: Ongoing, PrepareCommit, ...), producer ids, from v1 a minimum running time and from v2 a
+regular expression the whole transactional id must match (KIP-1152; an invalid one answers
+INVALID_REGULAR_EXPRESSION)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from strom.clock import now_ms
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
 
 API_KEY = 66
 MIN_VERSION = 0
-MAX_VERSION = 1
+MAX_VERSION = 2
 
 _STATES = {s.display: s for s in TxnState}
 
@@ -30,6 +33,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     unknown = sorted(states - set(_STATES))
     pids = set(request.producer_id_filters)
     min_duration = getattr(request, "duration_filter", -1)
+    pattern: re.Pattern[str] | None = None
+    if source := getattr(request, "transactional_id_pattern", None):  # null or empty: every id
+        try:
+            pattern = re.compile(source)
+        except re.error:
+            return {"throttle_time": 0, "error_code": E.invalid_regular_expression, "unknown_state_filters": [],
+                    "transaction_states": []}
     now = now_ms()
     listed = []
     for txn_id, meta in sorted(coord.shard.txns.items()):
@@ -37,6 +47,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             continue
         if not broker.acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id, False):
             continue  # listed only to those who may describe it
+        if pattern is not None and not pattern.fullmatch(txn_id):
+            continue
         if (states and meta.state.display not in states) or (pids and meta.producer_id not in pids):
             continue
         if min_duration >= 0 and (meta.state is not TxnState.ONGOING or now - meta.start_ms < min_duration):

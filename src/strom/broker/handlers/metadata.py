@@ -1,4 +1,8 @@
-"""Metadata (3): brokers, topics, partitions, leaders; auto-creates topics when allowed."""
+"""Metadata (3): brokers, topics, partitions, leaders; auto-creates topics when allowed.
+
+v13 adds a top-level error code (KIP-1102: REBOOTSTRAP_REQUIRED, for a client whose bootstrap
+servers no longer lead it to the cluster); a broker that answers has nothing to report there: 0.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ if TYPE_CHECKING:
 
 API_KEY = 3
 MIN_VERSION = 0
-MAX_VERSION = 12
+MAX_VERSION = 13
 
 NOT_REQUESTED = -2147483648  # the schema's default for the authorized operations fields
 
@@ -76,6 +80,17 @@ def _cluster_topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
             "partitions": partitions, "topic_authorized_operations": -2147483648}
 
 
+def describable_topics(broker: Broker, ctx: RequestContext) -> list[TopicInfo]:
+    """Every topic the principal may describe (DESCRIBE on the topic): an answer about all topics
+    leaves the others out, as if they did not exist (shared with DescribeTopicPartitions)."""
+    visible = list(broker.metadata.topics().values())
+    acls = broker.acls
+    if acls.enabled:
+        hidden = acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in visible), False)
+        visible = [t for t in visible if t.name not in hidden]
+    return visible
+
+
 # How long Metadata keeps naming a broker whose registration vanished. librdkafka drops a broker
 # that a Metadata answer leaves out before it applies that answer's new leaders, and a partition
 # it was leading then sits on no broker until its next 1 s metadata scan; an answer that names the
@@ -112,12 +127,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     acls = broker.acls
     topics: list[dict[str, Any]] = []
     if all_topics:
-        # A principal sees only the topics it may describe.
-        visible = list(md.topics().values())
-        if acls.enabled:
-            hidden = acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in visible), False)
-            visible = [t for t in visible if t.name not in hidden]
-        topics = [topic_entry(broker, t) for t in visible]
+        topics = [topic_entry(broker, t) for t in describable_topics(broker, ctx)]
     else:
         for rt in requested:
             name = rt.name
@@ -164,6 +174,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     brokers, controller = brokers_and_controller(broker, ctx.listener, with_departed=True)
     return {
         "throttle_time": 0,
+        "error_code": E.none,
         "brokers": brokers,
         "cluster_id": md.cluster_id,
         "controller_id": controller,

@@ -1,5 +1,9 @@
 """WriteTxnMarkers (27): a transaction coordinator on another broker asks this partition leader to
-append COMMIT/ABORT markers. Answered per partition once the ISR has them."""
+append COMMIT/ABORT markers. Answered per partition once the ISR has them.
+
+v2 adds the marker's transaction version, 2 for a transaction of transactions V2 (KIP-890 part 2,
+whose markers carry the epoch bumped at its end). strom's coordinators run transactions V1 only (no
+``transaction.version`` is finalized) and send v1, so v1 stays the last version served."""
 
 from __future__ import annotations
 
