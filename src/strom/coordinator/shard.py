@@ -214,10 +214,13 @@ class GroupCoordinatorShard:
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         group = self.groups.get(group_id)
-        if group is None or group.is_in(S.DEAD) or group_id in self.consumer_groups:
-            # A consumer group is not described here (Kafka 4: "not a classic group", which
-            # DescribeGroups v6 answers GROUP_ID_NOT_FOUND): ConsumerGroupDescribe describes it.
-            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "")
+        if group_id in self.consumer_groups:
+            # A consumer group is not described here (Kafka 4: Dead, and GROUP_ID_NOT_FOUND "not a
+            # classic group" from DescribeGroups v6): ConsumerGroupDescribe describes it.
+            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "",
+                                  dead_reason=f"Group {group_id} is not a classic group.")
+        if group is None or group.is_in(S.DEAD):
+            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "", dead_reason=f"Group {group_id} not found.")
         stable = group.is_in(S.STABLE)
         # Like Kafka: member metadata and assignments only once the group is Stable.
         members = tuple(
