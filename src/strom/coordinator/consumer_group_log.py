@@ -42,6 +42,7 @@ class _Written:
     epoch: int | None = None
     partitions: dict[uuid.UUID, int] | None = None
     target_epoch: int | None = None
+    target_map: dict[str, Assignment] | None = None  # the group's target dict these targets came from
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     targets: dict[str, Assignment] = field(default_factory=dict)
     current: dict[str, MemberAssignment] = field(default_factory=dict)
@@ -57,10 +58,16 @@ class ConsumerGroupLog:
 
     # ------------------------------------------------------------------ writing
 
-    def records(self, group_id: str) -> list[Record]:
-        """The records that bring the log to the group's state now (tombstones if it is gone)."""
+    def records(self, group_id: str, member_id: str | None = None) -> list[Record]:
+        """The records that bring the log to the group's state now (tombstones if it is gone).
+        ``member_id``: the only member the operation may have changed (a heartbeat's), so that the
+        others need not be compared when the membership and the target assignment are as written."""
         group = self.groups.get(group_id)
         old = self.written.get(group_id)
+        if (member_id is not None and group is not None and old is not None and member_id in old.members
+                and member_id in group.members and len(old.members) == len(group.members)
+                and group.target is old.target_map):
+            return self._member_records(group, old, member_id)
         if group is None:
             if old is None:
                 return []
@@ -81,12 +88,9 @@ class ConsumerGroupLog:
                 out.append(key.member(member_id, _member_value(meta)))
         for regex, resolved in new.regexes.items():
             if old.regexes.get(regex) is not resolved:
-                out.append(key.regex(regex, cr.ConsumerGroupRegularExpressionValue(
-                    tuple(sorted(resolved.topics)), resolved.version, resolved.timestamp)))
+                out.append(key.regex(regex, _regex_value(resolved)))
         if old.partitions is not new.partitions and old.partitions != new.partitions:
-            out.append(key.group(rec.CONSUMER_GROUP_PARTITION_METADATA, cr.ConsumerGroupPartitionMetadataValue(tuple(
-                cr.TopicMetadata(t, group.subscribed_names.get(t, ""), n)
-                for t, n in sorted(group.subscribed_partitions.items())))))
+            out.append(_partition_metadata(key, group))
         if old.epoch != new.epoch:
             out.append(key.group(rec.CONSUMER_GROUP_METADATA, cr.ConsumerGroupMetadataValue(group.group_epoch)))
         for member_id, target in new.targets.items():
@@ -105,10 +109,52 @@ class ConsumerGroupLog:
         self.written[group_id] = new
         return out
 
+    def _member_records(self, group: ConsumerGroup, old: _Written, member_id: str) -> list[Record]:
+        """``records`` when only ``member_id`` and the group-wide facts may have changed."""
+        out: list[Record] = []
+        key = _Keys(group.group_id)
+        member = group.members[member_id]
+        meta = _member_metadata(member, self.clients.get(group.group_id, {}).get(member_id, ("", "")))
+        if old.members[member_id] != meta:
+            out.append(key.member(member_id, _member_value(meta)))
+            old.members[member_id] = meta
+        if old.regexes != group.resolved_regexes:
+            for regex in old.regexes.keys() - group.resolved_regexes.keys():
+                out.append(key.regex(regex, None))
+            for regex, resolved in group.resolved_regexes.items():
+                if old.regexes.get(regex) is not resolved:
+                    out.append(key.regex(regex, _regex_value(resolved)))
+            old.regexes = dict(group.resolved_regexes)
+        if old.partitions is not group.subscribed_partitions and old.partitions != group.subscribed_partitions:
+            out.append(_partition_metadata(key, group))
+        old.partitions = group.subscribed_partitions
+        if old.epoch != group.group_epoch:
+            out.append(key.group(rec.CONSUMER_GROUP_METADATA, cr.ConsumerGroupMetadataValue(group.group_epoch)))
+            old.epoch = group.group_epoch
+        target = group.target.get(member_id)
+        before = old.targets.get(member_id)
+        if target is not before and target != before:
+            out.append(key.target(member_id, None if target is None else
+                                  cr.ConsumerGroupTargetAssignmentMemberValue(_partitions(target))))
+            if target is None:
+                del old.targets[member_id]
+            else:
+                old.targets[member_id] = target
+        if old.target_epoch != group.target_epoch:
+            out.append(key.group(rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+                                 cr.ConsumerGroupTargetAssignmentMetadataValue(group.target_epoch)))
+            old.target_epoch = group.target_epoch
+        current = member.assignment
+        if old.current[member_id] is not current and old.current[member_id] != current:
+            out.append(key.current(member_id, _current_value(current)))
+        old.current[member_id] = current
+        return out
+
     def _snapshot(self, group: ConsumerGroup) -> _Written:
         clients = self.clients.get(group.group_id, {})
         return _Written(
             epoch=group.group_epoch, partitions=group.subscribed_partitions, target_epoch=group.target_epoch,
+            target_map=group.target,
             members={m.member_id: _member_metadata(m, clients.get(m.member_id, ("", "")))
                      for m in group.members.values()},
             targets={m: t for m, t in group.target.items() if m in group.members},
@@ -248,6 +294,15 @@ def _group_tombstones(group_id: str, old: _Written) -> list[Record]:
     out.append(key.group(rec.CONSUMER_GROUP_PARTITION_METADATA, None))
     out.append(key.group(rec.CONSUMER_GROUP_METADATA, None))
     return out
+
+
+def _partition_metadata(key: _Keys, group: ConsumerGroup) -> Record:
+    return key.group(rec.CONSUMER_GROUP_PARTITION_METADATA, cr.ConsumerGroupPartitionMetadataValue(tuple(
+        cr.TopicMetadata(t, group.subscribed_names.get(t, ""), n) for t, n in sorted(group.subscribed_partitions.items()))))
+
+
+def _regex_value(resolved: ResolvedRegex) -> cr.ConsumerGroupRegularExpressionValue:
+    return cr.ConsumerGroupRegularExpressionValue(tuple(sorted(resolved.topics)), resolved.version, resolved.timestamp)
 
 
 def _member_metadata(member: ConsumerGroupMember, client: tuple[str, str]) -> MemberMetadata:

@@ -148,11 +148,14 @@ class GroupCoordinatorShard:
         answer (a HeartbeatResponse, or the HeartbeatError) to send once they are written; if they
         cannot be, the error of the write (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
         res = CoordinatorResult()
+        member_id = req.member_id
         try:
-            res.reply(token, self.consumer_group_heartbeat(now, req, topics, client))
+            response = self.consumer_group_heartbeat(now, req, topics, client)
+            member_id = response.member_id or member_id
+            res.reply(token, response)
         except HeartbeatError as e:
             res.reply(token, e)  # what it changed before failing is written all the same
-        res.records = self.consumer_group_records(req.group_id)
+        res.records = self.consumer_group_records(req.group_id, member_id)
 
         def failed(_now: int, error: int) -> CoordinatorResult:
             out = CoordinatorResult()
@@ -161,9 +164,10 @@ class GroupCoordinatorShard:
         res.on_failure = failed
         return res
 
-    def consumer_group_records(self, group_id: str) -> list[Record]:
-        """The records that bring __consumer_offsets up to the consumer group's state now."""
-        return self.consumer_log.records(group_id)
+    def consumer_group_records(self, group_id: str, member_id: str | None = None) -> list[Record]:
+        """The records that bring __consumer_offsets up to the consumer group's state now
+        (``member_id``: the one member the operation changed, if only one)."""
+        return self.consumer_log.records(group_id, member_id)
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         return self.consumer.describe(group_id)
