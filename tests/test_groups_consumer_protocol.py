@@ -329,6 +329,10 @@ def test_raw_heartbeats_epochs_and_commits(cgbroker: BrokerProcess) -> None:
         described = conn.request(DESCRIBE_GROUPS, 6, request_class("describe_groups", 6, "DescribeGroupsRequest")(
             groups=(group,), include_authorized_operations=False)).groups[0]
         assert described.error_code == E.group_id_not_found and described.group_state == "Dead"
+        assert described.error_message == f"Group {group} is not a classic group."  # Kafka 4's words
+        old = conn.request(DESCRIBE_GROUPS, 5, request_class("describe_groups", 5, "DescribeGroupsRequest")(
+            groups=(group,), include_authorized_operations=False)).groups[0]
+        assert (old.error_code, old.group_state, old.members) == (E.none, "Dead", ())  # before v6: Dead, no error
         d = conn.request(CG_DESCRIBE, 1, request_class("consumer_group_describe", 1, "ConsumerGroupDescribeRequest")(
             group_ids=(group,), include_authorized_operations=False)).groups[0]
         assert (d.error_code, d.group_state, d.assignor_name, d.assignment_epoch) == (

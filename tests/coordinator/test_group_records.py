@@ -25,8 +25,9 @@ def test_group_metadata_key_bytes() -> None:
     assert rec.decode_key(data) == rec.GroupMetadataKey("grp")
 
 
-def test_other_key_versions_are_not_ours() -> None:
-    assert rec.decode_key(b"\x00\x03\x00\x03grp") is None  # KIP-848 consumer group records
+def test_consumer_group_keys_and_other_record_types() -> None:
+    assert rec.decode_key(b"\x00\x03\x00\x03grp") == rec.ConsumerGroupKey(3, "grp")  # KIP-848 group epoch
+    assert rec.decode_key(b"\x00\x0b\x00\x03grp") is None  # a share group's (ShareGroupMetadata)
 
 
 def test_offset_commit_value_v3_bytes() -> None:

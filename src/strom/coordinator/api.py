@@ -144,6 +144,7 @@ class DescribedGroup:
     protocol_type: str
     protocol_data: str
     members: tuple[MemberDescription, ...] = field(default=())
+    dead_reason: str | None = None  # why a Dead group is not described (DescribeGroups v6's error message)
 
 
 @dataclass(frozen=True, slots=True)

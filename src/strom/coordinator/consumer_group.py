@@ -113,6 +113,16 @@ class ConsumerGroupSettings:
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors, the first is the default
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """What a subscribed regular expression matched (Kafka's ResolvedRegularExpression): the topic
+    names, which resolution of the group found them (``version``), and when (ms)."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp: int
+
+
 @dataclass
 class ConsumerGroup:
     group_id: str
@@ -122,8 +132,13 @@ class ConsumerGroup:
     target_epoch: int = 0  # the group epoch the target assignment was computed for
     target: dict[str, Assignment] = field(default_factory=dict)
     subscribed_partitions: dict[uuid.UUID, int] = field(default_factory=dict)  # what the target saw
+    subscribed_names: dict[uuid.UUID, str] = field(default_factory=dict)  # their names, for the records
     # (topic id, partition) -> epoch of the member holding it (assigned or pending revocation)
     partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+    # The members' regular expressions, resolved once per change of the topic names (not at every
+    # heartbeat): regex -> what it matched, and the topic names that was against (None: not yet).
+    resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
+    regex_topic_names: frozenset[str] | None = None
 
     # ------------------------------------------------------------------ the heartbeat
 
@@ -142,7 +157,7 @@ class ConsumerGroup:
             except FencedMemberEpoch as e:
                 raise HeartbeatError(E.fenced_member_epoch, str(e)) from None
         changed = self._update_subscription(member, req) or joined
-        if self._refresh_subscribed_partitions(topics) or changed:
+        if self._refresh_subscribed_partitions(topics, now) or changed:
             self.group_epoch += 1
         if self.group_epoch > self.target_epoch:
             self._compute_target(topics, settings)
@@ -194,7 +209,7 @@ class ConsumerGroup:
                 raise HeartbeatError(E.invalid_request, "member epoch -2 is for static members only")
             # A static member away for now keeps its partitions (held, not fetched) until it is
             # back or its session expires; the group does not rebalance.
-            member.assignment = replace(member.assignment, member_epoch=STATIC_LEAVE_EPOCH)
+            self._hold(member, replace(member.assignment, member_epoch=STATIC_LEAVE_EPOCH))
             member.revocation_deadline = None
         else:
             self.remove_member(member.member_id)
@@ -260,21 +275,47 @@ class ConsumerGroup:
         names its regular expression matches in full (internal topics never)."""
         names = {n for n in member.subscribed_topic_names if n in topics}
         if member.subscribed_topic_regex:
-            pattern = re.compile(member.subscribed_topic_regex)
-            names |= {n for n in topics if n not in INTERNAL_TOPICS and pattern.fullmatch(n)}
+            resolved = self.resolved_regexes.get(member.subscribed_topic_regex)
+            matched = resolved.topics if resolved is not None else _resolve(member.subscribed_topic_regex, topics)
+            names |= {n for n in matched if n in topics}
         return names
 
-    def _refresh_subscribed_partitions(self, topics: Mapping[str, TopicImage]) -> bool:
+    def _resolve_regexes(self, topics: Mapping[str, TopicImage], now: int) -> None:
+        """Resolve the members' regular expressions again if the topic names changed since the last
+        time, or one is new; forget those no member uses any more."""
+        wanted = {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
+        for gone in self.resolved_regexes.keys() - wanted:
+            del self.resolved_regexes[gone]
+        if not wanted:
+            self.regex_topic_names = None
+            return
+        names = frozenset(topics)
+        stale = wanted if names != self.regex_topic_names else wanted - self.resolved_regexes.keys()
+        self.regex_topic_names = names
+        if not stale:
+            return
+        version = max((r.version for r in self.resolved_regexes.values()), default=0) + 1
+        for regex in stale:
+            matched = frozenset(_resolve(regex, topics))
+            old = self.resolved_regexes.get(regex)
+            if old is None or old.topics != matched:  # unchanged results keep their record as is
+                self.resolved_regexes[regex] = ResolvedRegex(matched, version, now)
+
+    def _refresh_subscribed_partitions(self, topics: Mapping[str, TopicImage], now: int = 0) -> bool:
         """The partition counts of every topic some member subscribes to; True when they differ
         from what the target assignment was computed with (a topic appeared, grew or went)."""
-        now: dict[uuid.UUID, int] = {}
+        self._resolve_regexes(topics, now)
+        counts: dict[uuid.UUID, int] = {}
+        names: dict[uuid.UUID, str] = {}
         for member in self.members.values():
             for name in self.subscribed_topic_names(member, topics):
                 image = topics[name]
-                now[image.topic_id] = image.partitions
-        if now == self.subscribed_partitions:
+                counts[image.topic_id] = image.partitions
+                names[image.topic_id] = name
+        if counts == self.subscribed_partitions:
             return False
-        self.subscribed_partitions = now
+        self.subscribed_partitions = counts
+        self.subscribed_names = names
         return True
 
     def _compute_target(self, topics: Mapping[str, TopicImage], settings: ConsumerGroupSettings) -> None:
@@ -331,6 +372,12 @@ class ConsumerGroup:
         """Every member at the target epoch with nothing left to revoke or to receive."""
         return all(m.assignment.state is MemberState.STABLE and m.member_epoch == self.target_epoch
                    for m in self.members.values())
+
+
+def _resolve(regex: str, topics: Mapping[str, TopicImage]) -> set[str]:
+    """The topics a subscribed regular expression matches in full (internal topics never)."""
+    pattern = re.compile(regex)
+    return {n for n in topics if n not in INTERNAL_TOPICS and pattern.fullmatch(n)}
 
 
 def _nonempty(assignment: Assignment) -> dict[uuid.UUID, frozenset[int]]:

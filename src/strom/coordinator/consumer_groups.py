@@ -8,9 +8,10 @@ only holds offsets) becomes a consumer group. Classic requests for a consumer gr
 answer GROUP_ID_NOT_FOUND; an empty consumer group becomes classic again.
 
 Committed offsets stay where the classic groups keep theirs (an offsets-only ClassicGroup under
-the same id), so OffsetCommit records, replay and retention are shared. The consumer groups
-themselves are kept in memory only: after a restart (or a move of the coordinator) their members
-get UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH and join again, at the committed offsets.
+the same id), so OffsetCommit records, replay and retention are shared. The groups themselves are
+written to __consumer_offsets in Kafka 4's records (coordinator/consumer_group_log.py) after each
+operation that changes them, and read back when a partition is loaded: after a restart, or when the
+coordinator moves, members keep their ids, epochs and partitions and simply go on heartbeating.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from strom.coordinator.consumer_group import (
 )
 from strom.coordinator.consumer_protocol import PROTOCOL_TYPE
 from strom.coordinator.group import ClassicGroup, GroupState
-from strom.coordinator.reconciliation import Assignment, StaleMemberEpoch, check_commit_epoch
+from strom.coordinator.reconciliation import Assignment, MemberState, StaleMemberEpoch, check_commit_epoch
 from strom.coordinator.timers import TimerQueue
 from strom.protocol.errors import ErrorCode as E
 
@@ -96,6 +97,17 @@ class ConsumerGroupManager:
         for gone in [m for m in clients if m not in group.members]:
             del clients[gone]
         return response
+
+    def on_loaded(self, now: int, group: ConsumerGroup) -> None:
+        """A group read back from __consumer_offsets: its members' clocks start now (Kafka's
+        onLoaded): a session timeout each, and the rebalance timeout of those still revoking."""
+        log.info("loaded consumer group %s with %d members at group epoch %d", group.group_id, len(group.members),
+                 group.group_epoch)
+        for member in group.members.values():
+            member.session_deadline = now + self.settings.session_timeout_ms
+            member.revocation_deadline = (now + max(member.rebalance_timeout_ms, 0)
+                                          if member.assignment.state is MemberState.UNREVOKED_PARTITIONS else None)
+            self._schedule(group.group_id, member.member_id, group)
 
     def _schedule(self, group_id: str, member_id: str, group: ConsumerGroup) -> None:
         member = group.members[member_id]

@@ -6,7 +6,8 @@ written through the ``PartitionWriter`` the broker provides (strom.coordinator.p
 - Each request runs the shard synchronously (single writer, no locks), appends the records it
   produced (one batch per partition, i.e. one atomic write per group), replays the records that
   take effect only once written (offset commits), flushes when the log's flush policy asks for it,
-  and only then answers: a commit is acknowledged once it is in the log.
+  and only then answers: a commit is acknowledged once it is in the log, a ConsumerGroupHeartbeat
+  once the group's changed records are.
 - The timer loop sleeps until the shard's next deadline (session timeouts, rebalance deadlines,
   offset retention) or until an operation may have moved it earlier.
 
@@ -44,7 +45,8 @@ from strom.coordinator.api import (
     SyncGroupResult,
 )
 from strom.coordinator.config import GROUP_METADATA_TOPIC_NAME, GroupRuntimeConfig
-from strom.coordinator.consumer_group import HeartbeatRequest, HeartbeatResponse, TopicImage
+from strom.coordinator.consumer_group import HeartbeatError, HeartbeatRequest, HeartbeatResponse, TopicImage
+from strom.coordinator.consumer_groups import MEMBER_TIMER
 from strom.coordinator.group import Token, TopicPartition
 from strom.coordinator.partition_writer import Batch, LogReader, PartitionWriter
 from strom.coordinator.placement import Placement, replay_partition, replication_error
@@ -100,8 +102,8 @@ class GroupCoordinatorRuntime:
             if plog is not None:
                 records += await self._load_partition(plog)
         self.shard.loaded(self.clock())
-        log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms", len(self.shard.groups),
-                 records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
+        log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms",
+                 len(set(self.shard.groups) | set(self.shard.consumer_groups)), records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
 
     # ------------------------------------------------------------------ leadership (cluster)
 
@@ -110,14 +112,17 @@ class GroupCoordinatorRuntime:
         groups it read are dropped (the load is retried)."""
         started = time.monotonic()
         plog = self.writer.local_log(GROUP_METADATA_TOPIC_NAME, partition)
-        before = set(self.shard.groups)
+        before = set(self.shard.groups) | set(self.shard.consumer_groups)
         try:
             records = await self._load_partition(plog) if plog is not None else 0
         except Exception:
             for group_id in set(self.shard.groups) - before:
                 self.shard.groups.pop(group_id, None)
+            for group_id in set(self.shard.consumer_groups) - before:
+                self.shard.consumer_log.unload(group_id)
+            self.shard.consumer_log.loaded()  # nothing of it stays half loaded
             raise
-        return len(set(self.shard.groups) - before), records, started
+        return len((set(self.shard.groups) | set(self.shard.consumer_groups)) - before), records, started
 
     def _owned_loaded(self, partition: int, leader_epoch: int, result: tuple[int, int, float]) -> None:
         groups, records, started = result
@@ -139,7 +144,9 @@ class GroupCoordinatorRuntime:
                     if isinstance(token, asyncio.Future) and not token.done():
                         token.set_result(result)
         for group_id in [g for g in self.shard.consumer_groups if self.partition_for(g) == partition]:
-            del self.shard.consumer_groups[group_id]  # in memory only: its members join the new coordinator
+            for member_id in self.shard.consumer_groups[group_id].members:
+                self.shard.timers.cancel((MEMBER_TIMER, group_id, member_id))
+            self.shard.consumer_log.unload(group_id)  # the new coordinator reads it from the log
         log.info("group coordinator: unloaded %s-%d (%d groups)", GROUP_METADATA_TOPIC_NAME, partition, len(doomed))
 
     def error_for(self, group_id: str) -> E:
@@ -269,14 +276,15 @@ class GroupCoordinatorRuntime:
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
         return self.shard.heartbeat(self.clock(), group_id, member_id, instance_id, generation)
 
-    def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
-                                 client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
-        """ConsumerGroupHeartbeat: answered at once (the group is in memory, nothing is written);
-        raises HeartbeatError. ``client``: the member's client id and host."""
-        try:
-            return self.shard.consumer_group_heartbeat(self.clock(), req, topics, client)
-        finally:
-            self._wakeup.set()  # a member's deadline may now be the earliest
+    async def consumer_group_heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
+                                       client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
+        """ConsumerGroupHeartbeat: answered once the records of what it changed (if anything) are
+        written, as Kafka answers; raises HeartbeatError. ``client``: the member's client id and host."""
+        result = await self._call(lambda now, t: self.shard.consumer_group_heartbeat_written(now, t, req, topics, client))
+        if isinstance(result, HeartbeatError):
+            raise result
+        assert isinstance(result, HeartbeatResponse)
+        return result
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         return self.shard.describe_consumer_group(group_id)

@@ -1,15 +1,19 @@
 """Keys and values of the __consumer_offsets topic, byte-compatible with Kafka.
 
-Kafka stores two record kinds, told apart by the key's version:
-- key v0/v1 ``OffsetCommitKey`` (group, topic, partition) -> ``OffsetCommitValue`` (we write v3),
-- key v2 ``GroupMetadataKey`` (group) -> ``GroupMetadataValue`` (we write v3).
+Records are told apart by the key's leading int16 (the key "version" of old Kafka, the record type
+of Kafka 4's coordinator records):
+- 0/1 ``OffsetCommitKey`` (group, topic, partition) -> ``OffsetCommitValue`` (we write v3),
+- 2 ``GroupMetadataKey`` (group) -> ``GroupMetadataValue`` (we write v3),
+- 3-8 and 16 ``ConsumerGroupKey``: a consumer-protocol group's records (KIP-848), whose values are
+  in coordinator/consumer_records.py.
 A null value is a tombstone. Values v0-v4 are read (v4 is the flexible encoding) so a log written by
-any Kafka version loads; keys of other versions (KIP-848 consumer groups, share groups) are skipped.
+any Kafka version loads; keys of other types (share and streams groups) are skipped.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -32,6 +36,28 @@ class OffsetCommitKey:
 @dataclass(frozen=True, slots=True)
 class GroupMetadataKey:
     group: str
+
+
+# Kafka 4's record types of a consumer-protocol group (CoordinatorRecordType), keys and values alike.
+CONSUMER_GROUP_METADATA = 3  # (group) -> group epoch
+CONSUMER_GROUP_PARTITION_METADATA = 4  # (group) -> the subscribed topics' partition counts
+CONSUMER_GROUP_MEMBER_METADATA = 5  # (group, member) -> the member's subscription
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6  # (group) -> the target assignment's epoch
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7  # (group, member) -> the member's target partitions
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8  # (group, member) -> its epochs and partitions now
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16  # (group, regex) -> the topics it resolved to
+_CONSUMER_GROUP_KEYS_WITH_MEMBER = frozenset({5, 7, 8, 16})
+CONSUMER_GROUP_RECORD_TYPES = frozenset({3, 4, 5, 6, 7, 8, 16})
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupKey:
+    """The key of a consumer-protocol group's record: its type, the group, and for the per-member
+    records the member id (for type 16, the regular expression)."""
+
+    record_type: int
+    group: str
+    sub: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +137,13 @@ def encode_group_metadata_key(key: GroupMetadataKey) -> bytes:
     return bytes(_Writer().int16(GROUP_METADATA_KEY_VERSION).string(key.group).buf)
 
 
+def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
+    w = _Writer().int16(key.record_type).string(key.group)
+    if key.record_type in _CONSUMER_GROUP_KEYS_WITH_MEMBER:
+        w.string(key.sub or "")
+    return bytes(w.buf)
+
+
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
     w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
     w.string(value.metadata).int64(value.commit_timestamp)
@@ -156,6 +189,9 @@ class _Reader:
 
     def int64(self) -> int:
         return int(struct.unpack(">q", self._take(8))[0])
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
 
     def uvarint(self) -> int:
         shift = result = 0
@@ -205,14 +241,17 @@ class _Reader:
                 self._take(self.uvarint())
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
-    """The key of a __consumer_offsets record; None for key versions this coordinator does not own."""
+def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | None:
+    """The key of a __consumer_offsets record; None for record types this coordinator does not own."""
     r = _Reader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetCommitKey(r.string(), r.string(), r.int32())
     if version == 2:
         return GroupMetadataKey(r.string())
+    if version in CONSUMER_GROUP_RECORD_TYPES:
+        group = r.string()
+        return ConsumerGroupKey(version, group, r.string() if version in _CONSUMER_GROUP_KEYS_WITH_MEMBER else None)
     return None
 
 

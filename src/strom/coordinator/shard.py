@@ -28,11 +28,18 @@ from strom.coordinator.api import (
 )
 from strom.coordinator.classic import ClassicGroupManager
 from strom.coordinator.config import GroupConfig
-from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResponse, TopicImage
+from strom.coordinator.consumer_group import (
+    ConsumerGroup,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    TopicImage,
+)
+from strom.coordinator.consumer_group_log import ConsumerGroupLog
 from strom.coordinator.consumer_groups import MEMBER_TIMER, ConsumerGroupManager
 from strom.coordinator.group import ClassicGroup, GroupState, Token, TopicPartition
 from strom.coordinator.offsets import OffsetManager
-from strom.coordinator.result import CoordinatorResult
+from strom.coordinator.result import CoordinatorResult, Record
 from strom.coordinator.timers import TimerQueue
 from strom.protocol.errors import ErrorCode as E
 
@@ -46,11 +53,15 @@ class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig) -> None:
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
-        # Consumer-protocol groups (KIP-848), in memory; their offsets are kept in ``groups``.
+        # Consumer-protocol groups (KIP-848); their offsets are kept in ``groups``.
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.timers = TimerQueue()
         self.classic = ClassicGroupManager(config, self.groups, self.timers)
         self.consumer = ConsumerGroupManager(config, self.consumer_groups, self.groups, self.timers)
+        self.consumer_log = ConsumerGroupLog(self.consumer_groups, self.consumer.clients)
+        # Consumer groups changed by an operation that could not write (a classic Heartbeat that
+        # dropped an empty one): the next tick writes their records.
+        self._unwritten: set[str] = set()
         self.offsets = OffsetManager(config, self.groups, self.classic, self.consumer)
 
     # ------------------------------------------------------------------ loading
@@ -77,12 +88,16 @@ class GroupCoordinatorShard:
             if group is None:
                 group = self.groups[k.group] = ClassicGroup(k.group)
             self.classic.load_group(rec.decode_group_metadata_value(value), group)
+        elif isinstance(k, rec.ConsumerGroupKey):
+            self.consumer_log.replay(k, value)
 
     def loaded(self, now: int) -> None:
         """Loading is over: start the loaded members' session clocks and the retention timer."""
         for group in self.groups.values():
             for member in group.members.values():
                 self.classic.reschedule_heartbeat(now, group, member)
+        for consumer_group in self.consumer_log.loaded():
+            self.consumer.on_loaded(now, consumer_group)
         self.timers.schedule(EXPIRE_OFFSETS_KEY, now + self.config.offsets_retention_check_interval_ms)
 
     # ------------------------------------------------------------------ group membership
@@ -93,27 +108,66 @@ class GroupCoordinatorShard:
     def join_group(self, now: int, token: Token, req: JoinGroupRequestData) -> CoordinatorResult:
         if self.consumer.blocks_classic(req.group_id):
             return _replied(token, JoinGroupResult(E.group_id_not_found, req.member_id))
-        return self.classic.join_group(now, token, req)
+        return self._with_consumer_records(req.group_id, self.classic.join_group(now, token, req))
 
     def sync_group(self, now: int, token: Token, req: SyncGroupRequestData) -> CoordinatorResult:
         if self.consumer.blocks_classic(req.group_id):
             return _replied(token, SyncGroupResult(E.group_id_not_found))
-        return self.classic.sync_group(now, token, req)
+        return self._with_consumer_records(req.group_id, self.classic.sync_group(now, token, req))
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
         if self.consumer.blocks_classic(group_id):
             return E.group_id_not_found
+        if group_id in self.consumer_log.written:
+            self._unwritten.add(group_id)  # an empty consumer group became classic
         return self.classic.heartbeat(now, group_id, member_id, instance_id, generation)
 
     def leave_group(self, now: int, token: Token, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult:
         if self.consumer.blocks_classic(group_id):
             return _replied(token, LeaveGroupResult(E.group_id_not_found))
-        return self.classic.leave_group(now, token, group_id, members)
+        return self._with_consumer_records(group_id, self.classic.leave_group(now, token, group_id, members))
+
+    def _with_consumer_records(self, group_id: str, res: CoordinatorResult) -> CoordinatorResult:
+        """Put before ``res`` the consumer group records of ``group_id`` not written yet: the
+        tombstones of an empty consumer group that a classic request turned classic."""
+        records = self.consumer_log.records(group_id)
+        if records:
+            res.records[:0] = records
+        return res
 
     def consumer_group_heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
                                  client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
-        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error."""
+        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error. What changed
+        is left for ``consumer_group_records`` to write."""
         return self.consumer.heartbeat(now, req, topics, client)
+
+    def consumer_group_heartbeat_written(self, now: int, token: Token, req: HeartbeatRequest,
+                                         topics: Mapping[str, TopicImage],
+                                         client: tuple[str, str] = ("", "")) -> CoordinatorResult:
+        """ConsumerGroupHeartbeat as the runtime runs it: the group's records that changed, and the
+        answer (a HeartbeatResponse, or the HeartbeatError) to send once they are written; if they
+        cannot be, the error of the write (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
+        res = CoordinatorResult()
+        member_id = req.member_id
+        try:
+            response = self.consumer_group_heartbeat(now, req, topics, client)
+            member_id = response.member_id or member_id
+            res.reply(token, response)
+        except HeartbeatError as e:
+            res.reply(token, e)  # what it changed before failing is written all the same
+        res.records = self.consumer_group_records(req.group_id, member_id)
+
+        def failed(_now: int, error: int) -> CoordinatorResult:
+            out = CoordinatorResult()
+            out.reply(token, HeartbeatError(E(error), "the group's records could not be written"))
+            return out
+        res.on_failure = failed
+        return res
+
+    def consumer_group_records(self, group_id: str, member_id: str | None = None) -> list[Record]:
+        """The records that bring __consumer_offsets up to the consumer group's state now
+        (``member_id``: the one member the operation changed, if only one)."""
+        return self.consumer_log.records(group_id, member_id)
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         return self.consumer.describe(group_id)
@@ -150,8 +204,10 @@ class GroupCoordinatorShard:
                 del self.consumer_groups[group_id]
                 if group_id not in self.groups:
                     answers[group_id] = E.none
+        records = [r for g in group_ids for r in self.consumer_log.records(g)]
         rest = [g for g in group_ids if g not in answers]
         res = self.offsets.delete_groups(now, token, rest) if rest else CoordinatorResult()
+        res.records[:0] = records
         if answers:
             # Merge with the classic answers, in the request's order.
             classic = dict(res.replies.pop()[1]) if rest else {}
@@ -162,10 +218,13 @@ class GroupCoordinatorShard:
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         group = self.groups.get(group_id)
-        if group is None or group.is_in(S.DEAD) or group_id in self.consumer_groups:
-            # A consumer group is not described here (Kafka 4: "not a classic group", which
-            # DescribeGroups v6 answers GROUP_ID_NOT_FOUND): ConsumerGroupDescribe describes it.
-            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "")
+        if group_id in self.consumer_groups:
+            # A consumer group is not described here (Kafka 4: Dead, and GROUP_ID_NOT_FOUND "not a
+            # classic group" from DescribeGroups v6): ConsumerGroupDescribe describes it.
+            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "",
+                                  dead_reason=f"Group {group_id} is not a classic group.")
+        if group is None or group.is_in(S.DEAD):
+            return DescribedGroup(group_id, E.none, S.DEAD.value, "", "", dead_reason=f"Group {group_id} not found.")
         stable = group.is_in(S.STABLE)
         # Like Kafka: member metadata and assignments only once the group is Stable.
         members = tuple(
@@ -200,6 +259,9 @@ class GroupCoordinatorShard:
         res = CoordinatorResult()
         while (key := self.timers.pop_expired(now)) is not None:
             res.merge(self._fire(now, key))
+        for group_id in sorted(self._unwritten):
+            res.records.extend(self.consumer_log.records(group_id))
+        self._unwritten.clear()
         return res
 
     def _fire(self, now: int, key: object) -> CoordinatorResult:
@@ -208,11 +270,13 @@ class GroupCoordinatorShard:
         if kind == "expire-offsets":
             self.timers.schedule(EXPIRE_OFFSETS_KEY, now + self.config.offsets_retention_check_interval_ms)
             res = self.offsets.expire(now)
+            before = set(self.consumer_groups)
             self.consumer.drop_unused()
+            self._unwritten |= before - set(self.consumer_groups)  # their tombstones
             return res
         if kind == MEMBER_TIMER:
             self.consumer.on_member_timer(now, key[1], key[2])
-            return CoordinatorResult()
+            return CoordinatorResult(records=self.consumer_log.records(key[1]))
         group = self.groups.get(key[1])
         if group is None:
             return CoordinatorResult()

@@ -72,7 +72,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         owned=None if owned is None else _assignment(owned),
     )
     try:
-        r = coord.consumer_group_heartbeat(req, MetadataTopics(broker.metadata.topics()),
+        r = await coord.consumer_group_heartbeat(req, MetadataTopics(broker.metadata.topics()),
                                            (ctx.client_id or "", f"/{ctx.client_host}"))
     except HeartbeatError as e:
         return _error(e.error, e.message)

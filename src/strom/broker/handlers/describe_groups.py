@@ -47,6 +47,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         }
         if d.state == "Dead" and ctx.api_version >= 6:
             # v6 (KIP-1043) reports a missing group as an error instead of a "Dead" group.
-            entry.update(error_code=E.group_id_not_found, error_message=f"Group {group_id} not found.")
+            entry.update(error_code=E.group_id_not_found,
+                         error_message=d.dead_reason or f"Group {group_id} not found.")
         groups.append(entry)
     return {"throttle_time": 0, "groups": groups}
