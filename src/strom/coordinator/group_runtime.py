@@ -63,12 +63,15 @@ _MAX_TICK_SLEEP_S = 1.0
 
 
 class GroupCoordinatorRuntime:
-    def __init__(self, writer: PartitionWriter, config: GroupRuntimeConfig, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, writer: PartitionWriter, config: GroupRuntimeConfig, clock: Callable[[], int] = now_ms,
+                 topics: Callable[[], Mapping[str, TopicImage]] = dict) -> None:
+        """``topics``: the broker's topics now (name -> id, partitions), for the classic members of
+        consumer groups (online migration)."""
         self.writer = writer
         self.clock = clock
         self.config = config.groups
         self.commit_timeout_s = config.commit_timeout_ms / 1000  # offsets.commit.timeout.ms
-        self.shard = GroupCoordinatorShard(self.config)
+        self.shard = GroupCoordinatorShard(self.config, topics)
         self.loaded = False
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None
@@ -276,6 +279,11 @@ class GroupCoordinatorRuntime:
         try:
             return self.shard.consumer_group_heartbeat(self.clock(), req, topics, client)
         finally:
+            deferred = self.shard.take_deferred()
+            if deferred.records or deferred.replies:
+                # An upgrade or downgrade: its records (and the answers to parked classic requests)
+                # follow the heartbeat's answer.
+                self.writer.spawn(self._apply(deferred))
             self._wakeup.set()  # a member's deadline may now be the earliest
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:

@@ -9,7 +9,7 @@ this broker (a single broker leads them all).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
@@ -17,21 +17,20 @@ from strom.coordinator.api import (
     DescribedGroup,
     FetchedOffset,
     JoinGroupRequestData,
-    JoinGroupResult,
-    LeaveGroupResult,
     ListedGroup,
     MemberDescription,
     MemberIdentity,
     OffsetCommitRequestData,
     SyncGroupRequestData,
-    SyncGroupResult,
 )
 from strom.coordinator.classic import ClassicGroupManager
 from strom.coordinator.config import GroupConfig
 from strom.coordinator.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResponse, TopicImage
 from strom.coordinator.consumer_groups import MEMBER_TIMER, ConsumerGroupManager
 from strom.coordinator.group import ClassicGroup, GroupState, Token, TopicPartition
+from strom.coordinator.migration import GroupMigration
 from strom.coordinator.offsets import OffsetManager
+from strom.coordinator.reconciliation import LEAVE_EPOCH
 from strom.coordinator.result import CoordinatorResult
 from strom.coordinator.timers import TimerQueue
 from strom.protocol.errors import ErrorCode as E
@@ -43,7 +42,9 @@ EXPIRE_OFFSETS_KEY = ("expire-offsets",)
 
 
 class GroupCoordinatorShard:
-    def __init__(self, config: GroupConfig) -> None:
+    def __init__(self, config: GroupConfig, topics: Callable[[], Mapping[str, TopicImage]] = dict) -> None:
+        """``topics``: the topics as they are now (name -> id and partition count), which classic
+        members of a consumer group need (their assignments are by name, the group's by id)."""
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
         # Consumer-protocol groups (KIP-848), in memory; their offsets are kept in ``groups``.
@@ -52,6 +53,10 @@ class GroupCoordinatorShard:
         self.classic = ClassicGroupManager(config, self.groups, self.timers)
         self.consumer = ConsumerGroupManager(config, self.consumer_groups, self.groups, self.timers)
         self.offsets = OffsetManager(config, self.groups, self.classic, self.consumer)
+        self.migration = GroupMigration(config, self.groups, self.classic, self.consumer, topics)
+        # What a ConsumerGroupHeartbeat's conversion (upgrade or downgrade) writes and answers: the
+        # heartbeat itself is answered at once, so the runtime takes these after it (take_deferred).
+        self.deferred = CoordinatorResult()
 
     # ------------------------------------------------------------------ loading
 
@@ -87,33 +92,45 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ group membership
 
-    # A classic request for a consumer group with members: GROUP_ID_NOT_FOUND, as Kafka 4 answers
-    # when it does not migrate the group ("Group ... is not a classic group").
+    # A classic request for a consumer group with members is served by the consumer group, its
+    # member keeping the classic protocol (Kafka 4's classicGroup*ToConsumerGroup, whatever the
+    # migration policy): coordinator/migration.py.
 
     def join_group(self, now: int, token: Token, req: JoinGroupRequestData) -> CoordinatorResult:
         if self.consumer.blocks_classic(req.group_id):
-            return _replied(token, JoinGroupResult(E.group_id_not_found, req.member_id))
+            return self.migration.join_group(now, token, req)
         return self.classic.join_group(now, token, req)
 
     def sync_group(self, now: int, token: Token, req: SyncGroupRequestData) -> CoordinatorResult:
         if self.consumer.blocks_classic(req.group_id):
-            return _replied(token, SyncGroupResult(E.group_id_not_found))
+            return self.migration.sync_group(now, token, req)
         return self.classic.sync_group(now, token, req)
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
         if self.consumer.blocks_classic(group_id):
-            return E.group_id_not_found
+            return self.migration.heartbeat(now, group_id, member_id, instance_id, generation)
         return self.classic.heartbeat(now, group_id, member_id, instance_id, generation)
 
     def leave_group(self, now: int, token: Token, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult:
         if self.consumer.blocks_classic(group_id):
-            return _replied(token, LeaveGroupResult(E.group_id_not_found))
+            return self.migration.leave_group(now, token, group_id, members)
         return self.classic.leave_group(now, token, group_id, members)
 
     def consumer_group_heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
                                  client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
-        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error."""
-        return self.consumer.heartbeat(now, req, topics, client)
+        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error. A join into a
+        classic group with members may upgrade it first, a leave may downgrade the group after; what
+        those write waits in ``deferred``."""
+        self.deferred.merge(self.migration.maybe_upgrade(now, req, topics))
+        response = self.consumer.heartbeat(now, req, topics, client)
+        if req.member_epoch == LEAVE_EPOCH:
+            self.deferred.merge(self.migration.after_consumer_member_left(now, req.group_id))
+        return response
+
+    def take_deferred(self) -> CoordinatorResult:
+        """The records and answers of conversions made by ConsumerGroupHeartbeats since the last call."""
+        out, self.deferred = self.deferred, CoordinatorResult()
+        return out
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         return self.consumer.describe(group_id)
@@ -211,7 +228,9 @@ class GroupCoordinatorShard:
             self.consumer.drop_unused()
             return res
         if kind == MEMBER_TIMER:
-            self.consumer.on_member_timer(now, key[1], key[2])
+            expired = self.consumer.on_member_timer(now, key[1], key[2])
+            if expired is not None and not expired.uses_classic_protocol:
+                return self.migration.after_consumer_member_left(now, key[1])
             return CoordinatorResult()
         group = self.groups.get(key[1])
         if group is None:
@@ -226,8 +245,3 @@ class GroupCoordinatorShard:
             return self.classic.on_sync_expired(now, group, key[2])
         raise AssertionError(f"unknown timer {key!r}")
 
-
-def _replied(token: Token, value: object) -> CoordinatorResult:
-    res = CoordinatorResult()
-    res.reply(token, value)
-    return res
