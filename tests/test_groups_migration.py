@@ -137,10 +137,16 @@ def test_classic_members_migrate_to_a_consumer_group_and_back(
 
         producer = Producer(bs, topic)
         wait_until(lambda: producer.sent >= 90, 20, what="records being produced")
+        before = [(len(m.snapshot()), m.assignment()) for m in classic]
         modern = ConsumerProcess(bs, group, topic, "modern", base=CONSUMER)
         members.append(modern)
         b.wait_for_log("upgraded classic group mig ", "to a consumer group", timeout=30)
         wait_until(split([*classic, modern]), 60, what="three members (two classic), 2 partitions each")
+        if strategy == "cooperative-sticky":
+            # Incremental: a classic member gave up only what the new member took, kept the rest.
+            for m, (seen, had) in zip(classic, before, strict=True):
+                revoked = {p for e in m.snapshot()[seen:] if e["ev"] == "revoke" for p in e["parts"]}
+                assert revoked == had - m.assignment() and revoked <= modern.assignment(), (m.name, had, revoked)
         assert group_type(bs, group) == "consumer"
         admin = confluent_admin(bs)
         d = admin.describe_consumer_groups([group], request_timeout=15)[group].result(timeout=20)
@@ -163,6 +169,8 @@ def test_classic_members_migrate_to_a_consumer_group_and_back(
         # partition's committed offset is its end.
         ends = end_offsets(bs, topic)
         wait_until(lambda: committed(bs, group, topic) == ends, 30, what="every record committed")
+        # The conversions' writes (and the answers they carry) went through without a failure.
+        assert not [line for line in b.log_lines if " ERROR " in line or "Traceback" in line]
     finally:
         b.stop()
 
