@@ -343,11 +343,12 @@ def test_raw_heartbeats_epochs_and_commits(cgbroker: BrokerProcess) -> None:
         assert [(tp.topic_id, tp.topic_name, tuple(tp.partitions)) for tp in m.assignment.topic_partitions] == [
             (topic_id, topic, (0, 1))]
         assert m.target_assignment == m.assignment
-        # A classic member cannot join it.
+        # A classic JoinGroup is the consumer group's now (online migration): without a protocol
+        # it is inconsistent with the group.
         join = conn.request(JOIN_GROUP, 9, request_class("join_group", 9, "JoinGroupRequest")(
             group_id=group, session_timeout=ms(10000), rebalance_timeout=ms(10000), member_id="",
             group_instance_id=None, protocol_type="consumer", protocols=(), reason=None))
-        assert join.error_code == E.group_id_not_found
+        assert join.error_code == E.inconsistent_group_protocol
 
         left = _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=-1)
         assert left.error_code == E.none and left.member_epoch == -1
@@ -365,6 +366,8 @@ def test_raw_heartbeats_epochs_and_commits(cgbroker: BrokerProcess) -> None:
 
 
 def test_a_classic_group_with_members_is_not_taken_over(cgbroker: BrokerProcess) -> None:
+    """Only a join (member epoch 0) may upgrade a classic group (tests/test_groups_migration.py);
+    any other heartbeat finds no consumer group, and ConsumerGroupDescribe does not describe it."""
     from confluent_kafka import Consumer
 
     bs, topic, group = cgbroker.bootstrap, "cg-classic", "cg-classic"
@@ -374,8 +377,7 @@ def test_a_classic_group_with_members_is_not_taken_over(cgbroker: BrokerProcess)
     try:
         poll_all([classic], lambda: bool(classic.assignment()), 30, lambda i, m: None, "classic member assigned")
         with RawConnection(bs) as conn:
-            r = _heartbeat(conn, group_id=group, member_id=str(uuid.uuid4()), member_epoch=0,
-                           rebalance_timeout=ms(30000), subscribed_topic_names=(topic,), owned={})
+            r = _heartbeat(conn, group_id=group, member_id=str(uuid.uuid4()), member_epoch=1)
         assert r.error_code == E.group_id_not_found, r
         with RawConnection(bs) as conn:
             d = conn.request(CG_DESCRIBE, 1, request_class("consumer_group_describe", 1, "ConsumerGroupDescribeRequest")(
@@ -405,6 +407,7 @@ def test_consumer_group_settings_are_described_with_kafka_defaults(tmp_path: Pat
         "group.consumer.max.heartbeat.interval.ms": "15000",
         "group.consumer.max.size": str(2**31 - 1),
         "group.consumer.assignors": "uniform,range",
+        "group.consumer.migration.policy": "bidirectional",
     }
 
 

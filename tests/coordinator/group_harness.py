@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from strom.coordinator.api import (
@@ -15,6 +16,7 @@ from strom.coordinator.api import (
     SyncGroupResult,
 )
 from strom.coordinator.config import GroupConfig
+from strom.coordinator.consumer_group import TopicImage
 from strom.coordinator.result import CoordinatorResult, Record
 from strom.coordinator.shard import GroupCoordinatorShard
 from strom.protocol.errors import ErrorCode as E
@@ -37,8 +39,10 @@ class Token:
 
 
 class Harness:
-    def __init__(self, **config: Any) -> None:
-        self.shard = GroupCoordinatorShard(GroupConfig(**{"initial_rebalance_delay_ms": 0, **config}))
+    def __init__(self, topics: Mapping[str, TopicImage] | None = None, **config: Any) -> None:
+        images = dict(topics or {})
+        self.shard = GroupCoordinatorShard(GroupConfig(**{"initial_rebalance_delay_ms": 0, **config}),
+                                           lambda: images)
         self.now = 1_000_000
         self.replies: dict[Token, Any] = {}
         self.records: list[Record] = []

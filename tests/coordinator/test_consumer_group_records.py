@@ -54,6 +54,12 @@ VALUES: list[tuple[int, cr.ConsumerGroupValue, bytes]] = [
     (5, cr.ConsumerGroupMemberMetadataValue("i-1", "r", "c", "/h", (), "t.*", 30000, None),
      b"\x00\x00" + b"\x04i-1" + b"\x02r" + b"\x02c" + b"\x03/h" + b"\x01" + b"\x04t.*" + _i32(30000)
      + b"\x00" + b"\x00"),
+    # A classic member of a consumer group: tagged field 0 (16 bytes): session timeout, one
+    # protocol (name, metadata, its tags), the struct's tags.
+    (5, cr.ConsumerGroupMemberMetadataValue(None, None, "c", "/h", ("t",), None, 1000, None,
+                                            cr.ClassicMember(45000, (("range", b"\x01\x02"),))),
+     b"\x00\x00" + b"\x00" + b"\x00" + b"\x02c" + b"\x03/h" + b"\x02\x02t" + b"\x00" + _i32(1000) + b"\x00"
+     + b"\x01" + b"\x00" + b"\x10" + _i32(45000) + b"\x02" + b"\x06range" + b"\x03\x01\x02" + b"\x00" + b"\x00"),
     (6, cr.ConsumerGroupTargetAssignmentMetadataValue(7), b"\x00\x00" + _i32(7) + b"\x00"),
     (7, cr.ConsumerGroupTargetAssignmentMemberValue(((U1, (0, 2)),)),
      b"\x00\x00" + b"\x02" + U1_BYTES + b"\x03" + _i32(0, 2) + b"\x00" + b"\x00"),
@@ -108,7 +114,9 @@ i32s = st.integers(-(2**31), 2**31 - 1)
     st.builds(lambda ts: (4, cr.ConsumerGroupPartitionMetadataValue(tuple(ts))),
               st.lists(st.builds(cr.TopicMetadata, st.uuids(), names, i32s), max_size=3)),
     st.builds(lambda *f: (5, cr.ConsumerGroupMemberMetadataValue(*f)), st.none() | names, st.none() | names, names,
-              names, st.lists(names, max_size=3).map(tuple), st.none() | names, i32s, st.none() | names),
+              names, st.lists(names, max_size=3).map(tuple), st.none() | names, i32s, st.none() | names,
+              st.none() | st.builds(cr.ClassicMember, i32s,
+                                    st.lists(st.tuples(names, st.binary(max_size=8)), max_size=2).map(tuple))),
     st.builds(lambda e: (6, cr.ConsumerGroupTargetAssignmentMetadataValue(e)), i32s),
     st.builds(lambda tp: (7, cr.ConsumerGroupTargetAssignmentMemberValue(tp)), partitions),
     st.builds(lambda a, b, s, x, y: (8, cr.ConsumerGroupCurrentMemberAssignmentValue(a, b, s, x, y)), i32s, i32s,
@@ -173,9 +181,9 @@ def same_group(a: ConsumerGroup, b: ConsumerGroup) -> None:
     for member_id, m in a.members.items():
         n = b.members[member_id]
         assert (m.instance_id, m.rack_id, m.rebalance_timeout_ms, m.subscribed_topic_names, m.subscribed_topic_regex,
-                m.server_assignor, m.assignment) == (
+                m.server_assignor, m.assignment, m.classic) == (
             n.instance_id, n.rack_id, n.rebalance_timeout_ms, n.subscribed_topic_names, n.subscribed_topic_regex,
-            n.server_assignor, n.assignment)
+            n.server_assignor, n.assignment, n.classic)
 
 
 def test_a_replayed_group_equals_the_written_one() -> None:

@@ -99,11 +99,12 @@ def test_one_type_per_group_id() -> None:
     assert commit(shard, "", -1, 3, group="o") == [E.none]
     join(shard, 0, "a", group="o")
     assert shard.fetch_offsets("o", [("orders", 0)])[0].offset == 3
-    # Classic requests for a consumer group with members: GROUP_ID_NOT_FOUND.
+    # Classic requests for a consumer group with members are the consumer group's (online
+    # migration, coordinator/test_migration.py): a stranger is unknown, no protocol is inconsistent.
     token = object()
     res = shard.join_group(0, token, JoinGroupRequestData("o", "", None, "c", "h", 10000, 10000, "consumer", []))
-    assert res.replies[0][1].error is E.group_id_not_found
-    assert shard.heartbeat(0, "o", "x", None, 1) is E.group_id_not_found
+    assert res.replies[0][1].error is E.inconsistent_group_protocol
+    assert shard.heartbeat(0, "o", "x", None, 1) is E.unknown_member_id
     assert [(g.group_id, g.group_type, g.protocol_type) for g in shard.list_groups() if g.group_id == "o"] == [
         ("o", "consumer", "consumer")]
 

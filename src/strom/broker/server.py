@@ -27,6 +27,7 @@ from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.cluster.one_node import OneNodeStates
 from strom.config import LiveConfig, log_config_for
 from strom.coordinator.config import GroupRuntimeConfig, TxnRuntimeConfig
+from strom.coordinator.consumer_group import TopicImage
 from strom.coordinator.group_runtime import GroupCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.replication.purgatory import Purgatory
@@ -133,14 +134,27 @@ class Broker:
 
     # ApiVersions is needed by the connection for the fallback answer, so it lives here.
     def api_versions_body(self, error_code: int = 0) -> dict[str, Any]:
+        hidden = self.unadvertised_api_keys()
         return {
             "error_code": error_code,
             "api_keys": [
                 {"api_key": h.api_key, "min_version": h.min_version, "max_version": h.max_version}
                 for h in sorted(self.handlers.values(), key=lambda h: h.api_key)
+                if h.api_key not in hidden
             ],
             "throttle_time": 0,
         }
+
+    def _topic_images(self) -> dict[str, TopicImage]:
+        """The topics as the group coordinator sees them (for classic members of consumer groups)."""
+        return {name: TopicImage(info.topic_id, info.partitions) for name, info in self.metadata.topics().items()}
+
+    def unadvertised_api_keys(self) -> frozenset[int]:
+        """APIs served but not offered: the consumer protocol's (ConsumerGroupHeartbeat 68,
+        ConsumerGroupDescribe 69) when group.coordinator.rebalance.protocols leaves it out."""
+        if "consumer" in self.config.group_coordinator_rebalance_protocols:
+            return frozenset()
+        return frozenset({68, 69})
 
     def _bind(self) -> None:
         """Every Kafka listener's sockets, bound and listening, before anything else starts: an
@@ -188,7 +202,8 @@ class Broker:
         # The coordinators write through the host (their PartitionWriter), with a copy of their settings.
         host = CoordinatorHost(self.replica_manager, self.log_manager, self.metadata, self.topics.ensure_internal,
                                self.spawn, one_node=self.cluster is None)
-        self.group_coordinator = GroupCoordinatorRuntime(host, GroupRuntimeConfig.from_broker_config(self.config))
+        self.group_coordinator = GroupCoordinatorRuntime(host, GroupRuntimeConfig.from_broker_config(self.config),
+                                                         topics=self._topic_images)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
         self.txn_markers = TxnMarkers(host, self.cluster.store if self.cluster is not None else None,
                                       self.config.broker_id, self.config.inter_broker_listener_name,

@@ -169,6 +169,21 @@ class OneOf:
 
 
 @dataclass(frozen=True)
+class OneOfIgnoringCase:
+    """Kafka's CaseInsensitiveValidString.in."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, value: Value) -> str | None:
+        if value is None or (isinstance(value, str) and value.lower() in self.choices):
+            return None
+        return f"value '{value}' must be one of {', '.join(self.choices)} (in any case)"
+
+    def describe(self) -> str:
+        return "(case insensitive) [" + ", ".join(self.choices) + "]"
+
+
+@dataclass(frozen=True)
 class ListOf:
     """Kafka's ValidList.in: every element from a fixed set; strom also rejects an empty list."""
 

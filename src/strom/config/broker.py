@@ -239,6 +239,8 @@ class BrokerConfig:
     group_consumer_max_heartbeat_interval_ms: int
     group_consumer_max_size: int
     group_consumer_assignors: list[str]
+    group_coordinator_rebalance_protocols: list[str]
+    group_consumer_migration_policy: str
     offsets_topic_num_partitions: int
     offsets_topic_replication_factor: int
     offsets_topic_segment_bytes: int
@@ -609,6 +611,10 @@ def _check_consumer_group_settings(values: Mapping[str, Value]) -> None:
     if heartbeat >= session:
         raise ConfigError(g + "heartbeat.interval.ms",
                           f"value {heartbeat} must be less than {g}session.timeout.ms ({session})")
+    protocols = values["group.coordinator.rebalance.protocols"]
+    if not isinstance(protocols, list) or "classic" not in protocols:
+        # Kafka: "Disabling the 'classic' protocol is not supported."
+        raise ConfigError("group.coordinator.rebalance.protocols", "must contain classic (it cannot be disabled)")
 
 
 # Kafka's Utils.validHostPattern: the characters a host name or address may have.

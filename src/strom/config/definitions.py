@@ -14,6 +14,7 @@ from ._defs import (
     KafkaVersion,
     ListOf,
     OneOf,
+    OneOfIgnoringCase,
     at_least,
     between,
     index,
@@ -43,6 +44,10 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 # group.consumer.assignors: the built-in assignors by name, and by Kafka's class names.
 CONSUMER_GROUP_ASSIGNORS = ("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
                             "org.apache.kafka.coordinator.group.assignor.RangeAssignor")
+# group.coordinator.rebalance.protocols: the group types strom's coordinator offers (no share groups).
+GROUP_REBALANCE_PROTOCOLS = ("classic", "consumer")
+# group.consumer.migration.policy: Kafka's ConsumerGroupMigrationPolicy.
+CONSUMER_GROUP_MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # LegacyRecord.RECORD_OVERHEAD_V0: Kafka's floor for a segment size.
 MIN_SEGMENT_BYTES = 14
@@ -229,6 +234,15 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
               MEDIUM),
     ConfigDef("group.max.size", INT, _INT_MAX, "Most members in one consumer group.", MEDIUM, at_least(1)),
     # --- consumer-protocol groups (KIP-848) ---
+    ConfigDef("group.coordinator.rebalance.protocols", LIST, "classic,consumer",
+              "Group protocols the coordinator serves; must contain classic. Without consumer, "
+              "ConsumerGroupHeartbeat and ConsumerGroupDescribe are not offered (UNSUPPORTED_VERSION).",
+              MEDIUM, ListOf(GROUP_REBALANCE_PROTOCOLS)),
+    ConfigDef("group.consumer.migration.policy", STR, "bidirectional",
+              "Online migration of a group between the classic and the consumer protocol: upgrade (a "
+              "consumer-protocol member joining a classic group converts it), downgrade (the last one "
+              "leaving converts it back), bidirectional (both) or disabled. Case-insensitive.", MEDIUM,
+              OneOfIgnoringCase(CONSUMER_GROUP_MIGRATION_POLICIES)),
     ConfigDef("group.consumer.session.timeout.ms", INT, "45000",
               "Session timeout of a consumer-protocol member: silent this long, it is removed and its "
               "partitions go to the others. Within group.consumer.min/max.session.timeout.ms.", MEDIUM,

@@ -169,6 +169,7 @@ class ConsumerMemberDescription:
     subscribed_topic_regex: str | None
     assignment: dict[uuid.UUID, tuple[int, ...]]
     target_assignment: dict[uuid.UUID, tuple[int, ...]]
+    uses_classic_protocol: bool = False  # a member that joined with JoinGroup (online migration)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,9 @@ class GroupConfig:
     consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     consumer_max_size: int = INT_MAX  # group.consumer.max.size
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (by name)
+    # group.coordinator.rebalance.protocols: "consumer" absent, ConsumerGroupHeartbeat is not served.
+    rebalance_protocols: frozenset[str] = frozenset({"classic", "consumer"})
+    consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy (lower case)
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
@@ -52,6 +55,8 @@ class GroupConfig:
             consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             consumer_max_size=config.group_consumer_max_size,
             consumer_assignors=tuple(dict.fromkeys(_assignor_name(a) for a in config.group_consumer_assignors)),
+            rebalance_protocols=frozenset(config.group_coordinator_rebalance_protocols),
+            consumer_migration_policy=config.group_consumer_migration_policy.lower(),
         )
 
 

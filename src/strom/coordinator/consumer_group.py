@@ -83,6 +83,16 @@ class HeartbeatError(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that keeps using the classic protocol in a consumer group brings along
+    (Kafka's ConsumerGroupMemberMetadataValue.ClassicMemberMetadata): its session timeout and the
+    protocols (client assignors, with their subscription bytes) of its last JoinGroup."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True)
 class ConsumerGroupMember:
     member_id: str
@@ -97,10 +107,17 @@ class ConsumerGroupMember:
     # still not revoked within its rebalance timeout.
     session_deadline: int = 0
     revocation_deadline: int | None = None
+    # Set for a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat) in this group
+    # (coordinator/migration.py); its revocation_deadline is then its join or sync deadline.
+    classic: ClassicMemberMetadata | None = None
 
     @property
     def member_epoch(self) -> int:
         return self.assignment.member_epoch
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
 
 @dataclass(frozen=True, slots=True)

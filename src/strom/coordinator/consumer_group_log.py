@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 
 from strom.coordinator import consumer_records as cr
 from strom.coordinator import records as rec
-from strom.coordinator.consumer_group import ConsumerGroup, ConsumerGroupMember, ResolvedRegex
+from strom.coordinator.consumer_group import (
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ResolvedRegex,
+)
 from strom.coordinator.reconciliation import Assignment, MemberAssignment, MemberState
 from strom.coordinator.result import Record
 
@@ -30,7 +35,8 @@ _STATE_VALUES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1,
 _STATES = {v: k for k, v in _STATE_VALUES.items()}
 
 # What a member's subscription record holds (client id and host included).
-MemberMetadata = tuple[str | None, str | None, str, str, frozenset[str], str | None, int, str | None]
+MemberMetadata = tuple[str | None, str | None, str, str, frozenset[str], str | None, int, str | None,
+                       ClassicMemberMetadata | None]
 Clients = dict[str, dict[str, tuple[str, str]]]  # group id -> member id -> (client id, client host)
 
 
@@ -191,6 +197,9 @@ class ConsumerGroupLog:
                 member.subscribed_topic_regex = value.subscribed_topic_regex
                 member.rebalance_timeout_ms = value.rebalance_timeout_ms
                 member.server_assignor = value.server_assignor
+                classic = value.classic_member
+                member.classic = (None if classic is None else
+                                  ClassicMemberMetadata(classic.session_timeout_ms, classic.supported_protocols))
                 self.clients.setdefault(group_id, {})[sub] = (value.client_id, value.client_host)
             case cr.ConsumerGroupTargetAssignmentMetadataValue():
                 group.target_epoch = value.assignment_epoch
@@ -307,13 +316,14 @@ def _regex_value(resolved: ResolvedRegex) -> cr.ConsumerGroupRegularExpressionVa
 
 def _member_metadata(member: ConsumerGroupMember, client: tuple[str, str]) -> MemberMetadata:
     return (member.instance_id, member.rack_id, client[0], client[1], member.subscribed_topic_names,
-            member.subscribed_topic_regex, member.rebalance_timeout_ms, member.server_assignor)
+            member.subscribed_topic_regex, member.rebalance_timeout_ms, member.server_assignor, member.classic)
 
 
 def _member_value(meta: MemberMetadata) -> cr.ConsumerGroupMemberMetadataValue:
-    instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout_ms, assignor = meta
-    return cr.ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, tuple(sorted(names)),
-                                               regex, rebalance_timeout_ms, assignor)
+    instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout_ms, assignor, classic = meta
+    return cr.ConsumerGroupMemberMetadataValue(
+        instance_id, rack_id, client_id, client_host, tuple(sorted(names)), regex, rebalance_timeout_ms, assignor,
+        None if classic is None else cr.ClassicMember(classic.session_timeout_ms, classic.protocols))
 
 
 def _current_value(assignment: MemberAssignment) -> cr.ConsumerGroupCurrentMemberAssignmentValue:

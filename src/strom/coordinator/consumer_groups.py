@@ -2,10 +2,11 @@
 heartbeat, session and rebalance expiry through the shard's timer queue, and what offset commits
 and fetches from their members must carry (Kafka's GroupMetadataManager for consumer groups).
 
-One group id is one type. A ConsumerGroupHeartbeat for a classic group that has members answers
-GROUP_ID_NOT_FOUND (Kafka 4 when no online migration is possible); an empty classic group (one that
-only holds offsets) becomes a consumer group. Classic requests for a consumer group with members
-answer GROUP_ID_NOT_FOUND; an empty consumer group becomes classic again.
+One group id is one type. A ConsumerGroupHeartbeat joining a classic group that has members
+converts it when group.consumer.migration.policy allows, and answers GROUP_ID_NOT_FOUND otherwise;
+an empty classic group (one that only holds offsets) becomes a consumer group. Classic requests
+for a consumer group with members are served by it (coordinator/migration.py); an empty consumer
+group becomes classic again.
 
 Committed offsets stay where the classic groups keep theirs (an offsets-only ClassicGroup under
 the same id), so OffsetCommit records, replay and retention are shared. The groups themselves are
@@ -24,6 +25,7 @@ from strom.coordinator.api import ConsumerMemberDescription, DescribedConsumerGr
 from strom.coordinator.config import GroupConfig
 from strom.coordinator.consumer_group import (
     ConsumerGroup,
+    ConsumerGroupMember,
     ConsumerGroupSettings,
     HeartbeatError,
     HeartbeatRequest,
@@ -92,7 +94,7 @@ class ConsumerGroupManager:
         if member is None:
             self.timers.cancel(key)
         else:
-            self._schedule(req.group_id, member.member_id, group)
+            self.schedule(req.group_id, member.member_id, group)
             clients[member.member_id] = client
         for gone in [m for m in clients if m not in group.members]:
             del clients[gone]
@@ -104,32 +106,47 @@ class ConsumerGroupManager:
         log.info("loaded consumer group %s with %d members at group epoch %d", group.group_id, len(group.members),
                  group.group_epoch)
         for member in group.members.values():
-            member.session_deadline = now + self.settings.session_timeout_ms
+            session_ms = (member.classic.session_timeout_ms if member.classic is not None
+                          else self.settings.session_timeout_ms)  # a classic member keeps its own
+            member.session_deadline = now + session_ms
             member.revocation_deadline = (now + max(member.rebalance_timeout_ms, 0)
                                           if member.assignment.state is MemberState.UNREVOKED_PARTITIONS else None)
-            self._schedule(group.group_id, member.member_id, group)
+            self.schedule(group.group_id, member.member_id, group)
 
-    def _schedule(self, group_id: str, member_id: str, group: ConsumerGroup) -> None:
+    def schedule(self, group_id: str, member_id: str, group: ConsumerGroup) -> None:
+        """(Re)arm the member's timer at its earliest deadline."""
         member = group.members[member_id]
         deadline = member.session_deadline
         if member.revocation_deadline is not None:
             deadline = min(deadline, member.revocation_deadline)
         self.timers.schedule((MEMBER_TIMER, group_id, member_id), deadline)
 
-    def on_member_timer(self, now: int, group_id: str, member_id: str) -> None:
+    def forget(self, group_id: str, member_id: str) -> None:
+        """A member removed from the group: no timer, no client."""
+        self.timers.cancel((MEMBER_TIMER, group_id, member_id))
+        self.clients.get(group_id, {}).pop(member_id, None)
+
+    def on_member_timer(self, now: int, group_id: str, member_id: str) -> ConsumerGroupMember | None:
         """A member's deadline passed: expire it (its partitions go to the others at their next
-        heartbeats), or, when it heartbeat meanwhile, wait for its new deadline."""
+        heartbeats; returns it), or, when it heartbeat meanwhile, wait for its new deadline."""
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
-            return
+            return None
         if member_id in group.expired(now):
             member = group.members[member_id]
-            why = "session timeout" if now >= member.session_deadline else "rebalance timeout (partitions not revoked)"
+            if now >= member.session_deadline:
+                why = "session timeout"
+            elif member.uses_classic_protocol:
+                why = "rebalance timeout (no JoinGroup or SyncGroup in time)"
+            else:
+                why = "rebalance timeout (partitions not revoked)"
             group.remove_member(member_id)
+            self.clients.get(group_id, {}).pop(member_id, None)
             log.info("consumer group %s: member %s removed after its %s; group epoch %d", group_id, member_id, why,
                      group.group_epoch)
-        else:
-            self._schedule(group_id, member_id, group)
+            return member
+        self.schedule(group_id, member_id, group)
+        return None
 
     # ------------------------------------------------------------------ group type
 
@@ -170,13 +187,9 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
-        if api_version is not None and api_version < 9:
+        if api_version is not None and api_version < 9 and not member.uses_classic_protocol:
             return E.unsupported_version
-        try:
-            check_commit_epoch(member.assignment, member_epoch)
-        except StaleMemberEpoch:
-            return E.stale_member_epoch
-        return E.none
+        return _check_epoch(member, member_epoch)
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         """OffsetFetch v9+ with a member id and epoch (Kafka's ConsumerGroup.validateOffsetFetch)."""
@@ -186,11 +199,7 @@ class ConsumerGroupManager:
         member = group.members.get(member_id or "")
         if member is None:
             return E.unknown_member_id
-        try:
-            check_commit_epoch(member.assignment, member_epoch)  # the same rule as for commits
-        except StaleMemberEpoch:
-            return E.stale_member_epoch
-        return E.none
+        return _check_epoch(member, member_epoch)  # the same rule as for commits
 
     # ------------------------------------------------------------------ describing
 
@@ -208,7 +217,8 @@ class ConsumerGroupManager:
             ConsumerMemberDescription(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, *clients.get(m.member_id, ("", "")),
                 tuple(sorted(m.subscribed_topic_names)), m.subscribed_topic_regex,
-                _sorted(m.assignment.assigned), _sorted(group.target.get(m.member_id, {})))
+                _sorted(m.assignment.assigned), _sorted(group.target.get(m.member_id, {})),
+                m.uses_classic_protocol)
             for m in group.members.values())
         return DescribedConsumerGroup(group_id, E.none, None, group_state(group), group.group_epoch,
                                       group.target_epoch, group.assignor_name(self.settings), members)
@@ -223,6 +233,16 @@ class ConsumerGroupManager:
                 continue
             out.append(ListedGroup(group.group_id, PROTOCOL_TYPE, state, "consumer"))
         return out
+
+
+def _check_epoch(member: ConsumerGroupMember, member_epoch: int) -> E:
+    """Kafka's validateMemberEpoch: a member of the classic protocol commits with its generation,
+    which is its member epoch (ILLEGAL_GENERATION when it is another)."""
+    try:
+        check_commit_epoch(member.assignment, member_epoch)
+    except StaleMemberEpoch:
+        return E.illegal_generation if member.uses_classic_protocol else E.stale_member_epoch
+    return E.none
 
 
 def is_empty_classic(group: ClassicGroup) -> bool:

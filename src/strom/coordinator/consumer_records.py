@@ -18,13 +18,14 @@ in coordinator/records.py (``ConsumerGroupKey``); a null value is a tombstone.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kio.serial import writers as w
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import i8, i16, i32, i64, uvarint
 
 from strom.coordinator import records as rec
 from strom.coordinator.records import RecordFormatError
@@ -62,6 +63,15 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    # Tagged field 0, ClassicMemberMetadata: set for a member that uses the classic protocol in a
+    # consumer group (online migration): its session timeout and its JoinGroup's protocols.
+    classic_member: ClassicMember | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMember:
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +125,36 @@ def _topic_partitions(buf: io.BytesIO, topics: TopicPartitions) -> None:
         w.write_empty_tagged_fields(buf)
 
 
+def _classic_member_tag(buf: io.BytesIO, classic: ClassicMember) -> None:
+    """The struct's tagged fields: just tag 0, the ClassicMemberMetadata."""
+    field = io.BytesIO()
+    w.write_int32(field, i32(classic.session_timeout_ms))
+    w.write_compact_array_length(field, len(classic.supported_protocols))
+    for name, metadata in classic.supported_protocols:
+        w.write_compact_string(field, name)
+        w.write_unsigned_varint(field, uvarint(len(metadata) + 1))  # compact bytes
+        field.write(metadata)
+        w.write_empty_tagged_fields(field)
+    w.write_empty_tagged_fields(field)
+    data = field.getvalue()
+    w.write_unsigned_varint(buf, uvarint(1))  # one tagged field
+    w.write_unsigned_varint(buf, uvarint(0))  # tag 0
+    w.write_unsigned_varint(buf, uvarint(len(data)))
+    buf.write(data)
+
+
+def _read_classic_member(data: bytes) -> ClassicMember:
+    r = rec.Reader(data, flexible=True)
+    session_timeout_ms = r.int32()
+    protocols = []
+    for _ in range(r.array_length()):
+        name, metadata = r.string(), r.bytes_()
+        r.skip_tagged_fields()
+        protocols.append((name, metadata))
+    r.skip_tagged_fields()
+    return ClassicMember(session_timeout_ms, tuple(protocols))
+
+
 def encode_value(value: ConsumerGroupValue) -> bytes:
     buf = io.BytesIO()
     w.write_int16(buf, i16(VALUE_VERSION))
@@ -138,6 +178,9 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
             w.write_nullable_compact_string(buf, value.subscribed_topic_regex)
             w.write_int32(buf, i32(value.rebalance_timeout_ms))
             w.write_nullable_compact_string(buf, value.server_assignor)
+            if value.classic_member is not None:
+                _classic_member_tag(buf, value.classic_member)
+                return buf.getvalue()
         case ConsumerGroupTargetAssignmentMetadataValue():
             w.write_int32(buf, i32(value.assignment_epoch))
         case ConsumerGroupTargetAssignmentMemberValue():
@@ -199,6 +242,10 @@ def decode_value(record_type: int, data: bytes) -> ConsumerGroupValue:
             client_host=r.string(), subscribed_topic_names=_read_strings(r),
             subscribed_topic_regex=r.nullable_string(), rebalance_timeout_ms=r.int32(),
             server_assignor=r.nullable_string())
+        tagged = r.tagged_fields()
+        if 0 in tagged:
+            value = dataclasses.replace(value, classic_member=_read_classic_member(tagged[0]))
+        return value
     elif record_type == rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
         value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
     elif record_type == rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:

@@ -65,12 +65,15 @@ _MAX_TICK_SLEEP_S = 1.0
 
 
 class GroupCoordinatorRuntime:
-    def __init__(self, writer: PartitionWriter, config: GroupRuntimeConfig, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, writer: PartitionWriter, config: GroupRuntimeConfig, clock: Callable[[], int] = now_ms,
+                 topics: Callable[[], Mapping[str, TopicImage]] = dict) -> None:
+        """``topics``: the broker's topics now (name -> id, partitions), for the classic members of
+        consumer groups (online migration)."""
         self.writer = writer
         self.clock = clock
         self.config = config.groups
         self.commit_timeout_s = config.commit_timeout_ms / 1000  # offsets.commit.timeout.ms
-        self.shard = GroupCoordinatorShard(self.config)
+        self.shard = GroupCoordinatorShard(self.config, topics)
         self.loaded = False
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None

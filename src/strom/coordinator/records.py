@@ -235,10 +235,16 @@ class _Reader:
         return max(n, 0)
 
     def skip_tagged_fields(self) -> None:
+        self.tagged_fields()
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        """A flexible struct's tagged fields: tag -> its bytes (read with a Reader of their own)."""
+        out: dict[int, bytes] = {}
         if self.flexible:
             for _ in range(self.uvarint()):
-                self.uvarint()  # tag
-                self._take(self.uvarint())
+                tag = self.uvarint()
+                out[tag] = self._take(self.uvarint())
+        return out
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | None:

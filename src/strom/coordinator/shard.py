@@ -9,7 +9,7 @@ this broker (a single broker leads them all).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from strom.coordinator import records as rec
 from strom.coordinator.api import (
@@ -17,14 +17,11 @@ from strom.coordinator.api import (
     DescribedGroup,
     FetchedOffset,
     JoinGroupRequestData,
-    JoinGroupResult,
-    LeaveGroupResult,
     ListedGroup,
     MemberDescription,
     MemberIdentity,
     OffsetCommitRequestData,
     SyncGroupRequestData,
-    SyncGroupResult,
 )
 from strom.coordinator.classic import ClassicGroupManager
 from strom.coordinator.config import GroupConfig
@@ -38,7 +35,9 @@ from strom.coordinator.consumer_group import (
 from strom.coordinator.consumer_group_log import ConsumerGroupLog
 from strom.coordinator.consumer_groups import MEMBER_TIMER, ConsumerGroupManager
 from strom.coordinator.group import ClassicGroup, GroupState, Token, TopicPartition
+from strom.coordinator.migration import GroupMigration
 from strom.coordinator.offsets import OffsetManager
+from strom.coordinator.reconciliation import LEAVE_EPOCH
 from strom.coordinator.result import CoordinatorResult, Record
 from strom.coordinator.timers import TimerQueue
 from strom.protocol.errors import ErrorCode as E
@@ -50,7 +49,9 @@ EXPIRE_OFFSETS_KEY = ("expire-offsets",)
 
 
 class GroupCoordinatorShard:
-    def __init__(self, config: GroupConfig) -> None:
+    def __init__(self, config: GroupConfig, topics: Callable[[], Mapping[str, TopicImage]] = dict) -> None:
+        """``topics``: the topics as they are now (name -> id and partition count), which classic
+        members of a consumer group need (their assignments are by name, the group's by id)."""
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
         # Consumer-protocol groups (KIP-848); their offsets are kept in ``groups``.
@@ -63,6 +64,11 @@ class GroupCoordinatorShard:
         # dropped an empty one): the next tick writes their records.
         self._unwritten: set[str] = set()
         self.offsets = OffsetManager(config, self.groups, self.classic, self.consumer)
+        self.migration = GroupMigration(config, self.groups, self.classic, self.consumer, topics,
+                                        self.consumer_log.records)
+        # What a ConsumerGroupHeartbeat's conversion (upgrade or downgrade) writes and answers: the
+        # heartbeat itself is answered at once, so the runtime takes these after it (take_deferred).
+        self.deferred = CoordinatorResult()
 
     # ------------------------------------------------------------------ loading
 
@@ -102,29 +108,30 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ group membership
 
-    # A classic request for a consumer group with members: GROUP_ID_NOT_FOUND, as Kafka 4 answers
-    # when it does not migrate the group ("Group ... is not a classic group").
+    # A classic request for a consumer group with members is served by the consumer group, its
+    # member keeping the classic protocol (Kafka 4's classicGroup*ToConsumerGroup, whatever the
+    # migration policy): coordinator/migration.py.
 
     def join_group(self, now: int, token: Token, req: JoinGroupRequestData) -> CoordinatorResult:
         if self.consumer.blocks_classic(req.group_id):
-            return _replied(token, JoinGroupResult(E.group_id_not_found, req.member_id))
+            return self._then_consumer_records(req.group_id, self.migration.join_group(now, token, req))
         return self._with_consumer_records(req.group_id, self.classic.join_group(now, token, req))
 
     def sync_group(self, now: int, token: Token, req: SyncGroupRequestData) -> CoordinatorResult:
         if self.consumer.blocks_classic(req.group_id):
-            return _replied(token, SyncGroupResult(E.group_id_not_found))
+            return self._then_consumer_records(req.group_id, self.migration.sync_group(now, token, req))
         return self._with_consumer_records(req.group_id, self.classic.sync_group(now, token, req))
 
     def heartbeat(self, now: int, group_id: str, member_id: str, instance_id: str | None, generation: int) -> E:
         if self.consumer.blocks_classic(group_id):
-            return E.group_id_not_found
+            return self.migration.heartbeat(now, group_id, member_id, instance_id, generation)
         if group_id in self.consumer_log.written:
             self._unwritten.add(group_id)  # an empty consumer group became classic
         return self.classic.heartbeat(now, group_id, member_id, instance_id, generation)
 
     def leave_group(self, now: int, token: Token, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult:
         if self.consumer.blocks_classic(group_id):
-            return _replied(token, LeaveGroupResult(E.group_id_not_found))
+            return self._then_consumer_records(group_id, self.migration.leave_group(now, token, group_id, members))
         return self._with_consumer_records(group_id, self.classic.leave_group(now, token, group_id, members))
 
     def _with_consumer_records(self, group_id: str, res: CoordinatorResult) -> CoordinatorResult:
@@ -135,11 +142,27 @@ class GroupCoordinatorShard:
             res.records[:0] = records
         return res
 
+    def _then_consumer_records(self, group_id: str, res: CoordinatorResult) -> CoordinatorResult:
+        """Put after ``res`` (a classic request served by a consumer group) the records of what it
+        changed in the group (a downgrade's are in ``res`` already, in their order)."""
+        res.records.extend(self.consumer_log.records(group_id))
+        return res
+
     def consumer_group_heartbeat(self, now: int, req: HeartbeatRequest, topics: Mapping[str, TopicImage],
                                  client: tuple[str, str] = ("", "")) -> HeartbeatResponse:
-        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error. What changed
-        is left for ``consumer_group_records`` to write."""
-        return self.consumer.heartbeat(now, req, topics, client)
+        """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error. A join into a
+        classic group with members may upgrade it first, a leave may downgrade the group after; what
+        those write and answer waits in ``deferred`` (consumer_group_heartbeat_written takes it)."""
+        self.deferred.merge(self.migration.maybe_upgrade(now, req, topics))
+        response = self.consumer.heartbeat(now, req, topics, client)
+        if req.member_epoch == LEAVE_EPOCH:
+            self.deferred.merge(self.migration.after_consumer_member_left(now, req.group_id))
+        return response
+
+    def take_deferred(self) -> CoordinatorResult:
+        """The records and answers of conversions made by ConsumerGroupHeartbeats since the last call."""
+        out, self.deferred = self.deferred, CoordinatorResult()
+        return out
 
     def consumer_group_heartbeat_written(self, now: int, token: Token, req: HeartbeatRequest,
                                          topics: Mapping[str, TopicImage],
@@ -155,14 +178,18 @@ class GroupCoordinatorShard:
             res.reply(token, response)
         except HeartbeatError as e:
             res.reply(token, e)  # what it changed before failing is written all the same
-        res.records = self.consumer_group_records(req.group_id, member_id)
+        # An upgrade's records (the classic group's tombstone, the new group) come before the
+        # heartbeat's own; a downgrade's already hold the group's tombstones, then the classic group.
+        conversion = self.take_deferred()
+        res.records = conversion.records + self.consumer_group_records(req.group_id, member_id)
+        conversion.records = []
 
         def failed(_now: int, error: int) -> CoordinatorResult:
             out = CoordinatorResult()
             out.reply(token, HeartbeatError(E(error), "the group's records could not be written"))
             return out
         res.on_failure = failed
-        return res
+        return res.merge(conversion)  # and the answers to the classic requests a conversion parked
 
     def consumer_group_records(self, group_id: str, member_id: str | None = None) -> list[Record]:
         """The records that bring __consumer_offsets up to the consumer group's state now
@@ -275,8 +302,13 @@ class GroupCoordinatorShard:
             self._unwritten |= before - set(self.consumer_groups)  # their tombstones
             return res
         if kind == MEMBER_TIMER:
-            self.consumer.on_member_timer(now, key[1], key[2])
-            return CoordinatorResult(records=self.consumer_log.records(key[1]))
+            expired = self.consumer.on_member_timer(now, key[1], key[2])
+            res = CoordinatorResult()
+            if expired is not None and not expired.uses_classic_protocol:
+                res = self.migration.after_consumer_member_left(now, key[1])
+            # The expiry's own records first; a downgrade's (tombstones, then the classic group) follow.
+            res.records[:0] = self.consumer_log.records(key[1])
+            return res
         group = self.groups.get(key[1])
         if group is None:
             return CoordinatorResult()
@@ -290,8 +322,3 @@ class GroupCoordinatorShard:
             return self.classic.on_sync_expired(now, group, key[2])
         raise AssertionError(f"unknown timer {key!r}")
 
-
-def _replied(token: Token, value: object) -> CoordinatorResult:
-    res = CoordinatorResult()
-    res.reply(token, value)
-    return res

@@ -20,7 +20,7 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-CONSUMER_MEMBER = 1  # member_type (v1): a member of the consumer protocol
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # member_type (v1): which protocol the member speaks
 
 
 def _failed(group_id: str, error: E, message: str | None = None) -> dict[str, Any]:
@@ -32,6 +32,9 @@ def _failed(group_id: str, error: E, message: str | None = None) -> dict[str, An
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     acls = broker.acls
     metadata = broker.metadata
+    if "consumer" not in broker.config.group_coordinator_rebalance_protocols:
+        # Not offered (group.coordinator.rebalance.protocols): each group answers UNSUPPORTED_VERSION.
+        return {"throttle_time": 0, "groups": [_failed(g, E.unsupported_version) for g in request.group_ids]}
     groups = []
 
     def topic_partitions(assignment: dict[uuid.UUID, tuple[int, ...]]) -> dict[str, Any]:
@@ -73,7 +76,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 "subscribed_topic_regex": m.subscribed_topic_regex,
                 "assignment": topic_partitions(m.assignment),
                 "target_assignment": topic_partitions(m.target_assignment),
-                "member_type": CONSUMER_MEMBER,
+                "member_type": CLASSIC_MEMBER if m.uses_classic_protocol else CONSUMER_MEMBER,
             } for m in d.members],
             "authorized_operations": acls.authorized_operations(ctx, ResourceType.GROUP, group_id)
             if request.include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,

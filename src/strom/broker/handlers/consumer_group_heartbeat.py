@@ -48,6 +48,9 @@ def _error(error: E, message: str | None = None) -> dict[str, Any]:
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if "consumer" not in broker.config.group_coordinator_rebalance_protocols:
+        # group.coordinator.rebalance.protocols without consumer: not offered, as in Kafka.
+        return _error(E.unsupported_version, "The new consumer group protocol is not enabled.")
     acls = broker.acls
     if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _error(E.group_authorization_failed)
