@@ -243,3 +243,15 @@ def test_describe_consumer_group_epochs_and_assignments(gbroker: BrokerProcess) 
             assert owners == {p: "cg-joiner" if p in assigning else "raw-member" for p in range(6)}
         finally:
             joiner.close()
+
+
+def join_by_hand(conn: RawConnection, group: str, member_id: str, topic: str, partitions: int) -> int:
+    """Join ``group`` as a consumer-protocol member driven by hand, take every partition of ``topic`` and
+    acknowledge them; its member epoch. It heartbeats no more unless the caller does."""
+    topic_id = conn.topic_id(topic)
+    joined = _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=0, rebalance_timeout=ms(30000),
+                        subscribed_topic_names=(topic,), owned={})
+    epoch = int(joined.member_epoch)
+    assert sorted(joined.assignment.topic_partitions[0].partitions) == list(range(partitions)), joined
+    _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=epoch, owned={topic_id: list(range(partitions))})
+    return epoch
