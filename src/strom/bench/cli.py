@@ -188,7 +188,8 @@ def rebalance_cmd(members: int, partitions: int, rate: float, procs: int, steady
                   if k not in ("bootstrap.servers", "client.id", "logger", "allow.auto.create.topics")}
 
     def create(topic: str, n: int) -> None:
-        futures = admin_client(client).create_topics([NewTopic(topic, n, 1)], request_timeout=60)
+        admin = admin_client(client)  # held until the answer: a collected client cancels its requests
+        futures = admin.create_topics([NewTopic(topic, n, 1)], request_timeout=60)
         futures[topic].result(timeout=90)
 
     results = run(client.bootstrap, members=members, partitions=partitions, rate=rate, procs=procs,

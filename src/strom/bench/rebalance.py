@@ -133,7 +133,10 @@ class PhaseResult:
     moved: int
     unmoved_pause_max_s: float
     unmoved_pause_p99_s: float
-    steady_gap_max_s: float
+    unmoved_pause_median_s: float
+    steady_gap_max_s: float  # the same, per partition, over the steady window before the join
+    steady_gap_p99_s: float
+    steady_gap_median_s: float
     moved_pause_max_s: float | None
     moved_pause_median_s: float | None
     revoked_unmoved: int = 0  # partitions revoked and given back to the same member (eager-style)
@@ -277,6 +280,10 @@ def _gaps(ts: list[float], lo: float, hi: float) -> list[float]:
     return [b - a for a, b in zip(ts, ts[1:], strict=False) if b > lo and a < hi]
 
 
+def _rank(sorted_values: list[float], q: float) -> float:
+    return sorted_values[round(q * (len(sorted_values) - 1))] if sorted_values else 0.0
+
+
 def _measure(protocol: str, members: int, partitions: int, before: dict[int, int], after: dict[int, int],
              revoked: dict[int, float], timelines: dict[int, dict[int, list[float]]], t_join: float, t_assigned: float,
              t_stable: float, steady_s: float, joiner: int) -> PhaseResult:
@@ -286,10 +293,10 @@ def _measure(protocol: str, members: int, partitions: int, before: dict[int, int
                           and revoked.get(p, 0.0) >= t_join)
     moved = [p for p in range(partitions) if before.get(p) != after.get(p)]
     unmoved_pauses = []
-    steady_gaps = []
+    steady_gaps = []  # per partition, its longest gap in the steady window
     for p in range(partitions):
         ts = timelines.get(before[p], {}).get(p, [])
-        steady_gaps.extend(_gaps(ts, t_join - steady_s, t_join))
+        steady_gaps.append(max(_gaps(ts, t_join - steady_s, t_join), default=0.0))
         if p in unmoved:
             unmoved_pauses.append(max(_gaps(ts, t_join, t_stable), default=0.0))
     moved_pauses = []
@@ -300,14 +307,16 @@ def _measure(protocol: str, members: int, partitions: int, before: dict[int, int
             moved_pauses.append(new[0] - old[-1])
     joiner_times = [t for ts in timelines.get(joiner, {}).values() for t in ts]
     unmoved_pauses.sort()
+    steady_gaps.sort()
     return PhaseResult(
         protocol=protocol, members=members, partitions=partitions,
         assigned_s=t_assigned - t_join, stable_s=t_stable - t_join,
         joiner_first_record_s=min(joiner_times) - t_join if joiner_times else None,
         unmoved=len(unmoved), moved=len(moved),
-        unmoved_pause_max_s=unmoved_pauses[-1] if unmoved_pauses else 0.0,
-        unmoved_pause_p99_s=unmoved_pauses[int(0.99 * (len(unmoved_pauses) - 1))] if unmoved_pauses else 0.0,
-        steady_gap_max_s=max(steady_gaps, default=0.0),
+        unmoved_pause_max_s=_rank(unmoved_pauses, 1.0), unmoved_pause_p99_s=_rank(unmoved_pauses, 0.99),
+        unmoved_pause_median_s=_rank(unmoved_pauses, 0.5),
+        steady_gap_max_s=_rank(steady_gaps, 1.0), steady_gap_p99_s=_rank(steady_gaps, 0.99),
+        steady_gap_median_s=_rank(steady_gaps, 0.5),
         moved_pause_max_s=max(moved_pauses) if moved_pauses else None,
         moved_pause_median_s=statistics.median(moved_pauses) if moved_pauses else None,
         revoked_unmoved=revoked_unmoved)
@@ -350,18 +359,24 @@ def summary_lines(results: list[PhaseResult]) -> list[str]:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
-    lines = [f"{'protocol':9s} {'members':>7s} {'parts':>6s} {'assigned s':>10s} {'stable s':>9s} "
-             f"{'joiner 1st s':>12s} {'unmoved':>7s} {'pause max s':>11s} {'pause p99 s':>11s} "
-             f"{'steady gap s':>12s} {'moved':>5s} {'moved max s':>11s} {'moved med s':>11s}"]
+    lines = ["times in seconds from the joiner's subscribe; pauses: per partition its longest gap between two "
+             "records consumed (median / p99 / max over partitions)",
+             f"{'protocol':9s} {'members':>8s} {'parts':>5s} {'assigned':>8s} {'stable':>7s} {'joiner 1st':>10s} "
+             f"{'unmoved':>7s} {'unmoved pause':>18s} {'steady, before':>18s} {'moved':>5s} {'moved pause':>12s}"]
     for r in results:
-        lines.append(f"{r.protocol:9s} {r.members:>7d}+1 {r.partitions:>5d} {f(r.assigned_s):>10s} "
-                     f"{f(r.stable_s):>9s} {f(r.joiner_first_record_s):>12s} {r.unmoved:>7d} "
-                     f"{f(r.unmoved_pause_max_s):>11s} {f(r.unmoved_pause_p99_s):>11s} {f(r.steady_gap_max_s):>12s} "
-                     f"{r.moved:>5d} {f(r.moved_pause_max_s):>11s} {f(r.moved_pause_median_s):>11s}")
+        lines.append(
+            f"{r.protocol:9s} {r.members:>6d}+1 {r.partitions:>5d} {f(r.assigned_s):>8s} {f(r.stable_s):>7s} "
+            f"{f(r.joiner_first_record_s):>10s} {r.unmoved:>7d} "
+            f"{f(r.unmoved_pause_median_s):>6s}/{f(r.unmoved_pause_p99_s)}/{f(r.unmoved_pause_max_s)} "
+            f"{f(r.steady_gap_median_s):>6s}/{f(r.steady_gap_p99_s)}/{f(r.steady_gap_max_s)} "
+            f"{r.moved:>5d} {f(r.moved_pause_median_s):>5s}/{f(r.moved_pause_max_s)}")
     by = {p: [r for r in results if r.protocol == p] for p in PROTOCOLS}
     if by["classic"] and by["consumer"]:
-        med = {p: statistics.median(r.stable_s for r in rs) for p, rs in by.items()}
-        asg = {p: statistics.median(r.assigned_s for r in rs) for p, rs in by.items()}
-        lines.append(f"consumer / classic: assigned {asg['consumer'] / asg['classic']:.2f}x, "
-                     f"stable {med['consumer'] / med['classic']:.2f}x (medians)")
+        def ratio(attr: str) -> str:
+            med = {p: statistics.median(getattr(r, attr) for r in rs) for p, rs in by.items()}
+            return f"{med['consumer'] / med['classic']:.2f}x" if med["classic"] else "-"
+
+        lines.append(f"consumer / classic (medians of the runs): assigned {ratio('assigned_s')}, stable "
+                     f"{ratio('stable_s')}, longest unmoved pause {ratio('unmoved_pause_max_s')}, "
+                     f"steady longest gap {ratio('steady_gap_max_s')}")
     return lines
