@@ -34,6 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PROTOCOLS = ("classic", "consumer")
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)  # progress, also when stdout is a file
 DESCRIBE_INTERVAL_S = 0.1
 REPORT_INTERVAL_S = 0.5
 
@@ -199,7 +203,7 @@ def _group_state(admin: Any, group: str) -> tuple[str, int]:
 
 
 def run_phase(bootstrap: str, topic: str, partitions: int, protocol: str, members: int, procs: int,
-              steady_s: float, timeout: float, group: str, log: Callable[[str], None] = print,
+              steady_s: float, timeout: float, group: str, log: Callable[[str], None] = _log,
               client_extra: dict[str, Any] | None = None) -> PhaseResult:
     from confluent_kafka.admin import AdminClient
 
@@ -328,7 +332,7 @@ def _measure(protocol: str, members: int, partitions: int, before: dict[int, int
 def run(bootstrap: str, *, members: int = 50, partitions: int = 1000, rate: float = 5.0, procs: int = 8,
         steady_s: float = 5.0, timeout: float = 180.0, runs: int = 1, protocols: tuple[str, ...] = PROTOCOLS,
         topic: str | None = None, create_topic: Callable[[str, int], None] | None = None,
-        log: Callable[[str], None] = print, properties: dict[str, Any] | None = None) -> list[PhaseResult]:
+        log: Callable[[str], None] = _log, properties: dict[str, Any] | None = None) -> list[PhaseResult]:
     """Both protocols (alternating when ``runs`` > 1) over one topic the steady producer writes to.
     ``properties``: librdkafka settings for every client (security, ...)."""
     properties = dict(properties or {})
