@@ -170,6 +170,48 @@ def test_groups(api_broker: tuple[BrokerProcess, str]) -> None:
     assert [(o["partition"], o["committed"], o["end_offset"], o["lag"]) for o in group["offsets"]] == \
         [(0, 1, 5, 4), (1, 4, 4, 0)]
     assert call("GET", api + "/groups/no-such-group")[0] == 404
+    assert group["type"] == "classic" and group["group_epoch"] is None
+
+
+def test_consumer_protocol_group(api_broker: tuple[BrokerProcess, str]) -> None:
+    """A KIP-848 group: a member driven by hand owns all four partitions and has not yet heard of the
+    confluent-kafka member (group.protocol=consumer) that joined since: the API shows the epochs, each
+    member's assignment against its target, what is to be revoked and what to be assigned."""
+    import uuid
+
+    from confluent_kafka import Consumer
+    from test_groups_cli import join_by_hand
+
+    broker, api = api_broker
+    call("POST", api + "/topics", {"name": "kip848", "partitions": 4})
+    member_id = str(uuid.uuid4())
+    with RawConnection(broker.bootstrap, client_id="by-hand") as conn:
+        e1 = join_by_hand(conn, "api-kip848", member_id, "kip848", 4)
+        joiner = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "api-kip848", "client.id": "joiner",
+                           "group.protocol": "consumer"})
+        try:
+            joiner.subscribe(["kip848"])
+
+            def pending() -> Any:
+                joiner.poll(0.1)
+                g = call("GET", api + "/groups/api-kip848")[1]
+                return g if g["group_epoch"] > e1 else None
+
+            g = wait_until(pending, 30, interval=0, what="the joiner in the group")
+            listed = [x for x in call("GET", api + "/groups")[1]["groups"] if x["group_id"] == "api-kip848"]
+        finally:
+            joiner.close()
+    assert (g["type"], g["state"], g["protocol"], g["members"]) == ("consumer", "Reconciling", "uniform", 2)
+    assert g["assignment_epoch"] == g["group_epoch"]
+    members = {m["client_id"]: m for m in g["member_list"]}
+    hand, new = members["by-hand"], members["joiner"]
+    assert (hand["member_id"], hand["member_epoch"], hand["subscribed_topic_names"]) == (member_id, e1, ["kip848"])
+    assert hand["assignment"] == [{"topic": "kip848", "partitions": [0, 1, 2, 3]}]
+    assert new["member_epoch"] == g["group_epoch"] and new["assignment"] == []
+    moving = new["target_assignment"][0]["partitions"]
+    assert len(moving) == 2 and new["to_assign"] == [{"topic": "kip848", "partitions": moving}]
+    assert hand["to_revoke"] == [{"topic": "kip848", "partitions": moving}] and hand["to_assign"] == []
+    assert [(x["type"], x["members"], x["group_epoch"]) for x in listed] == [("consumer", 2, g["group_epoch"])]
 
 
 def test_cluster_of_one(api_broker: tuple[BrokerProcess, str]) -> None:

@@ -105,6 +105,29 @@ def test_consume_of_missing_topic_fails(module_broker: BrokerProcess) -> None:
     assert "does not exist" in proc.stderr
 
 
+def test_rebalance_runs_both_protocols_at_a_small_size(tmp_path: Path) -> None:
+    """`strom bench rebalance` at 2+1 members over 6 partitions: both protocols measured, every
+    partition accounted for (kept or moved), the joiner consumed. Correctness of the tool only; the
+    consumer protocol's heartbeat is short here so the run is quick."""
+    from test_groups_consumer_protocol import CG_BROKER_OVERRIDES
+
+    broker = BrokerProcess(tmp_path / "data", overrides=CG_BROKER_OVERRIDES).start()
+    try:
+        proc = bench("rebalance", "-b", broker.bootstrap, "--members", "2", "--partitions", "6", "--procs", "1",
+                     "--steady", "0.5", "--rate", "20", "--timeout", "60", "--json", timeout=150)
+    finally:
+        broker.stop()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout)
+    assert [r["protocol"] for r in results] == ["classic", "consumer"]
+    for r in results:
+        assert (r["members"], r["partitions"]) == (2, 6)
+        assert r["unmoved"] + r["moved"] + r["revoked_unmoved"] == 6 and r["moved"] == 2, r
+        assert 0 < r["assigned_s"] <= r["stable_s"] < 60
+        assert r["joiner_first_record_s"] is not None and r["moved_pause_max_s"] is not None
+        assert r["steady_gap_max_s"] > 0
+
+
 def test_percentiles_are_nearest_rank() -> None:
     values = [float(v) for v in range(1, 1001)]
     assert percentile(values, 50) == 500

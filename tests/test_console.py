@@ -1,7 +1,8 @@
 """The web console in a real headless browser: Debian's chromium driven by Playwright.
 
 Checks what a user sees: the topics page lists a topic a client created, the message browser shows a
-record just produced (and a new one without a reload), the groups page shows a group's lag, topics
+record just produced (and a new one without a reload), the groups page shows a group's lag and a
+consumer-protocol group's epochs and assignments against their targets, topics
 can be created and deleted from the page, the transactions page shows open and hanging transactions and
 the topic page its producers. Screenshots go to test-artifacts/ (gitignored).
 """
@@ -182,6 +183,55 @@ def test_group_page_shows_members_and_assignment(console_broker: BrokerProcess, 
         shot(page, "group")
     finally:
         consumer.close()
+
+
+def test_consumer_protocol_group_page(console_broker: BrokerProcess, page: Page) -> None:
+    """A KIP-848 group: the groups page shows its type and epoch; its page the epochs and, per member,
+    the member epoch and the assignment against the target (to revoke struck through, to assign +N).
+    A member driven by hand owns both partitions and has not heard of the confluent-kafka member
+    (group.protocol=consumer) that joined since."""
+    import uuid
+
+    from confluent_kafka import Consumer
+    from helpers import RawConnection
+    from test_groups_cli import join_by_hand
+
+    create_topics(console_broker.bootstrap, {"console-kip848": 2})
+    with RawConnection(console_broker.bootstrap, client_id="by-hand") as conn:
+        e1 = join_by_hand(conn, "console-kip848-readers", str(uuid.uuid4()), "console-kip848", 2)
+        joiner = Consumer({"bootstrap.servers": console_broker.bootstrap, "group.id": "console-kip848-readers",
+                           "client.id": "joiner", "group.protocol": "consumer"})
+        try:
+            joiner.subscribe(["console-kip848"])
+            page.goto(admin_url(console_broker) + "/#/groups")
+            row = page.locator('tr[data-group="console-kip848-readers"]')
+
+            def joined() -> bool:
+                joiner.poll(0.1)
+                return row.locator("td").nth(2).text_content() == "2"
+
+            wait_until(joined, 30, interval=0, what="the joiner in the groups page")
+            expect(row.locator("td").nth(5)).to_have_text("consumer")
+            expect(row.locator("td").nth(6)).to_have_text(str(e1 + 1))  # the group epoch
+
+            row.locator("a").click()
+            expect(page.locator("#gd-type")).to_contain_text("consumer")
+            expect(page.locator("#gd-state")).to_contain_text("Reconciling")
+            expect(page.locator("#gd-assignor")).to_contain_text("uniform")
+            expect(page.locator("#gd-epoch")).to_contain_text(f"{e1 + 1}target assignment epoch {e1 + 1}")
+            hand = page.locator('#gd-members tr[data-client="by-hand"]')
+            new = page.locator('#gd-members tr[data-client="joiner"]')
+            expect(hand.locator("td").nth(4)).to_have_text(str(e1))
+            expect(new.locator("td").nth(4)).to_have_text(str(e1 + 1))
+            expect(hand.locator("td").nth(5)).to_have_text("console-kip848")
+            # One partition moves: the hand-driven member still holds it, the joiner waits for it.
+            expect(hand.locator(".part.revoke")).to_have_count(1)
+            moving = hand.locator(".part.revoke").text_content()
+            expect(new.locator(".part.assign")).to_have_text(f"+{moving}")
+            expect(hand.locator("td").nth(6)).to_have_text("console-kip848 [0, 1]")
+            shot(page, "consumer-group")
+        finally:
+            joiner.close()
 
 
 def test_create_and_delete_a_topic_from_the_console(console_broker: BrokerProcess, page: Page) -> None:

@@ -1,7 +1,10 @@
-"""`strom groups` against a live broker: list, describe with lag, reset-offsets, delete."""
+"""`strom groups` against a live broker: list, describe with lag, reset-offsets, delete; the type of a
+group, and a consumer-protocol group's epochs and current versus target assignments."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,8 +12,9 @@ import pytest
 from brokerproc import BrokerProcess
 from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, TopicPartition
-from helpers import confluent_produce
-from test_groups_common import FAST_CONSUMER, create_topics, group_broker_fixture, poll_all, values
+from helpers import RawConnection, confluent_produce, ms, wait_until
+from test_groups_common import FAST_CONSUMER, create_topics, poll_all, start_group_broker, values
+from test_groups_consumer_protocol import CG_BROKER_OVERRIDES, CG_CONSUMER, _heartbeat
 
 from strom.cli.groups import groups
 
@@ -19,7 +23,14 @@ TOPIC, GROUP = "cli-topic", "cli-group"
 
 @pytest.fixture(scope="module")
 def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from group_broker_fixture(tmp_path_factory)
+    # Classic groups as in the other group tests; consumer-protocol members heartbeat every 300 ms, and
+    # a member driven by hand here has 10 s between its heartbeats.
+    b = start_group_broker(tmp_path_factory.mktemp("groups") / "data",
+                           **{**CG_BROKER_OVERRIDES, "group.consumer.session.timeout.ms": "10000"})
+    try:
+        yield b
+    finally:
+        b.stop()
 
 
 def strom_groups(broker: BrokerProcess, *args: str) -> Result:
@@ -65,11 +76,12 @@ def test_groups_commands(gbroker: BrokerProcess) -> None:
 
         r = strom_groups(gbroker, "list")
         assert r.exit_code == 0, r.output
-        assert [c[1:] for c in table_rows(r.output, GROUP)] == [["Stable", "consumer"]], r.output
+        assert [c[1:] for c in table_rows(r.output, GROUP)] == [["Stable", "classic"]], r.output
 
         r = strom_groups(gbroker, "describe", GROUP)
         assert r.exit_code == 0, r.output
-        assert "Stable" in r.output and "members 1" in r.output
+        assert "type classic  state Stable" in r.output and "members 1" in r.output
+        assert "epoch" not in r.output  # a classic group has generations, not epochs
         rows = {int(c[1]): c for c in table_rows(r.output, TOPIC)}
         assert set(rows) == {0, 1, 2}
         total_lag = 0
@@ -132,3 +144,114 @@ def test_groups_commands(gbroker: BrokerProcess) -> None:
     assert r.exit_code != 0 and "does not exist" in r.output
     r = strom_groups(gbroker, "list")
     assert table_rows(r.output, GROUP) == []
+
+
+def _members(output: str) -> dict[str, list[str]]:
+    """The member table of a consumer group's describe, by client id: member id, instance id, client
+    id, host, epoch, subscription, assignment."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        cells = [c for c in cells if c]
+        if len(cells) == 7 and cells[0] != "MEMBER-ID":
+            rows[cells[2]] = cells
+    return rows
+
+
+def _epochs(output: str) -> tuple[int, int]:
+    m = re.search(r"group epoch (\d+)  target assignment epoch (\d+)", output)
+    assert m is not None, output
+    return int(m[1]), int(m[2])
+
+
+@pytest.mark.timeout(120)
+def test_describe_consumer_group_epochs_and_assignments(gbroker: BrokerProcess) -> None:
+    """A member driven by hand (so it revokes exactly when the test says) and a confluent-kafka
+    member (group.protocol=consumer, regex subscription): describe shows the type, the epochs, and each
+    member's partitions to revoke (-N) and to be assigned (+N) until the rebalance is done."""
+    from confluent_kafka import Consumer
+
+    bs, topic, group = gbroker.bootstrap, "cli-cg-topic", "cli-cg-group"
+    create_topics(bs, {topic: 6})
+    member_id = str(uuid.uuid4())
+    with RawConnection(bs, client_id="raw-member") as conn:
+        topic_id = conn.topic_id(topic)
+        joined = _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=0, instance_id="raw-instance",
+                            rebalance_timeout=ms(30000), subscribed_topic_names=(topic,), owned={})
+        e1 = int(joined.member_epoch)
+        assert sorted(joined.assignment.topic_partitions[0].partitions) == list(range(6))
+        _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=e1, owned={topic_id: list(range(6))})
+
+        r = strom_groups(gbroker, "describe", group)
+        assert r.exit_code == 0, r.output
+        assert "type consumer  state Stable  assignor uniform  members 1" in r.output, r.output
+        assert _epochs(r.output) == (e1, e1)
+        assert _members(r.output)["raw-member"] == [member_id, "raw-instance", "raw-member", "/127.0.0.1", str(e1),
+                                                    topic, f"{topic} 0,1,2,3,4,5"]
+        assert {c[1] for c in table_rows(r.output, topic)} == {str(p) for p in range(6)}
+        r = strom_groups(gbroker, "list")
+        assert [c[1:] for c in table_rows(r.output, group)] == [["Stable", "consumer"]], r.output
+
+        # A second member: the target moves half the partitions to it; the first still owns them.
+        joiner = Consumer({"bootstrap.servers": bs, "group.id": group, "client.id": "cg-joiner", **CG_CONSUMER})
+        joiner.subscribe(["^cli-cg-.*"])
+        try:
+            def pending() -> Any:
+                joiner.poll(0.1)
+                out = strom_groups(gbroker, "describe", group).output
+                m = _members(out)
+                return out if "cg-joiner" in m and "+" in m["cg-joiner"][6] else None
+
+            out = wait_until(pending, 30, interval=0, what="the joiner's target assignment")
+            e2, target_epoch = _epochs(out)
+            assert e2 > e1 and target_epoch == e2
+            assert "type consumer  state Reconciling" in out, out
+            raw, new = _members(out)["raw-member"], _members(out)["cg-joiner"]
+            assert raw[4] == str(e1) and new[4] == str(e2)
+            assert new[5] == "regex (^cli-cg-.*)"  # librdkafka sends its regexes so
+            revoking = {int(p) for p in re.findall(r"-(\d+)", raw[6])}
+            assigning = {int(p) for p in re.findall(r"\+(\d+)", new[6])}
+            assert len(revoking) == 3 and revoking == assigning, out
+            assert new[6].replace("+", "") == f"{topic} " + ",".join(str(p) for p in sorted(assigning))
+
+            # The first member learns its new assignment: what it keeps is its assignment now (the rest is
+            # pending revocation, not shown, as in Kafka); the joiner waits for the revocation.
+            kept = sorted(set(range(6)) - revoking)
+            told = _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=e1,
+                              owned={topic_id: list(range(6))})
+            assert told.assignment is not None
+            assert sorted(told.assignment.topic_partitions[0].partitions) == kept
+            r = strom_groups(gbroker, "describe", group)
+            assert _members(r.output)["raw-member"][6] == f"{topic} " + ",".join(map(str, kept)), r.output
+            assert "+" in _members(r.output)["cg-joiner"][6]
+
+            # It revokes; the joiner gets the partitions at its next heartbeat; the group is stable.
+            done = _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=e1, owned={topic_id: kept})
+            assert int(done.member_epoch) == e2
+
+            def settled() -> Any:
+                joiner.poll(0.1)
+                out = strom_groups(gbroker, "describe", group).output
+                return out if "state Stable" in out else None
+
+            out = wait_until(settled, 30, interval=0, what="a stable group")
+            members = _members(out)
+            assert not any(re.search(r"[-+]\d", m[6]) for m in members.values()), out
+            assert members["cg-joiner"][4] == str(e2) and members["raw-member"][4] == str(e2)
+            assert members["cg-joiner"][6] == f"{topic} " + ",".join(str(p) for p in sorted(assigning))
+            owners = {int(c[1]): c[-1] for c in table_rows(out, topic)}
+            assert owners == {p: "cg-joiner" if p in assigning else "raw-member" for p in range(6)}
+        finally:
+            joiner.close()
+
+
+def join_by_hand(conn: RawConnection, group: str, member_id: str, topic: str, partitions: int) -> int:
+    """Join ``group`` as a consumer-protocol member driven by hand, take every partition of ``topic`` and
+    acknowledge them; its member epoch. It heartbeats no more unless the caller does."""
+    topic_id = conn.topic_id(topic)
+    joined = _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=0, rebalance_timeout=ms(30000),
+                        subscribed_topic_names=(topic,), owned={})
+    epoch = int(joined.member_epoch)
+    assert sorted(joined.assignment.topic_partitions[0].partitions) == list(range(partitions)), joined
+    _heartbeat(conn, group_id=group, member_id=member_id, member_epoch=epoch, owned={topic_id: list(range(partitions))})
+    return epoch

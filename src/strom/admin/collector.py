@@ -213,7 +213,11 @@ class BrokerCollector:
         coordinator = view.group_coordinator()
         for g in groups:
             assert coordinator is not None  # the groups come from the loaded coordinator
-            members.add_metric([g.group_id], len(coordinator.describe_group(g.group_id).members))
+            if g.group_type == "consumer":
+                count_members = len(coordinator.describe_consumer_group(g.group_id).members)
+            else:
+                count_members = len(coordinator.describe_group(g.group_id).members)
+            members.add_metric([g.group_id], count_members)
             for o in snapshot.group_offsets(view, g.group_id):
                 lv = [g.group_id, o["topic"], str(o["partition"])]
                 committed.add_metric(lv, o["committed"])

@@ -349,27 +349,74 @@ def group_offsets(view: BrokerView, group_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def _consumer_group(view: BrokerView, group_id: str) -> Any | None:
+    """The group as ConsumerGroupDescribe tells it, if it is a consumer-protocol (KIP-848) group."""
+    coordinator = view.group_coordinator()
+    assert coordinator is not None
+    described = coordinator.describe_consumer_group(group_id)
+    return described if described.error is E.none else None
+
+
+def _named_assignment(assignment: dict[Any, tuple[int, ...]], names: dict[Any, str]) -> list[dict[str, Any]]:
+    out = [{"topic": names.get(topic_id, str(topic_id)), "partitions": sorted(parts)}
+           for topic_id, parts in assignment.items() if parts]
+    return sorted(out, key=lambda a: a["topic"])
+
+
+def _difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The partitions of ``a`` that ``b`` lacks, per topic."""
+    other = {x["topic"]: set(x["partitions"]) for x in b}
+    out = [{"topic": x["topic"], "partitions": [p for p in x["partitions"] if p not in other.get(x["topic"], set())]}
+           for x in a]
+    return [x for x in out if x["partitions"]]
+
+
 def group_view(view: BrokerView, group_id: str, *, detail: bool) -> dict[str, Any] | None:
+    """A group of either type: ``type`` "classic" (JoinGroup/SyncGroup; ``protocol`` is the assignor
+    the members chose) or "consumer" (KIP-848; the broker's assignor, the group epoch and the target
+    assignment epoch, and per member its epoch, subscription, assignment and target assignment, with
+    the partitions still to revoke and to assign)."""
     coordinator = view.group_coordinator()
     if coordinator is None or not coordinator.loaded:
         return None
-    described = coordinator.describe_group(group_id)
-    if described.state == "Dead":
+    consumer = _consumer_group(view, group_id)
+    described = coordinator.describe_group(group_id) if consumer is None else None
+    if described is not None and described.state == "Dead":
         return None
     offsets = group_offsets(view, group_id)
     lags = [o["lag"] for o in offsets if o["lag"] is not None]
-    out: dict[str, Any] = {
-        "group_id": group_id,
-        "state": described.state,
-        "protocol_type": described.protocol_type,
-        "protocol": described.protocol_data,
-        "members": len(described.members),
-        "lag": sum(lags),
-        "topics": sorted({o["topic"] for o in offsets}),
-    }
-    if detail:
-        owner: dict[tuple[str, int], str] = {}
-        members = []
+    out: dict[str, Any] = {"group_id": group_id, "lag": sum(lags), "topics": sorted({o["topic"] for o in offsets})}
+    if consumer is not None:
+        out.update({"type": "consumer", "state": consumer.state, "protocol_type": "consumer",
+                    "protocol": consumer.assignor_name, "members": len(consumer.members),
+                    "group_epoch": consumer.group_epoch, "assignment_epoch": consumer.assignment_epoch})
+    else:
+        assert described is not None
+        out.update({"type": "classic", "state": described.state, "protocol_type": described.protocol_type,
+                    "protocol": described.protocol_data, "members": len(described.members),
+                    "group_epoch": None, "assignment_epoch": None})
+    if not detail:
+        return out
+    owner: dict[tuple[str, int], str] = {}
+    members = []
+    if consumer is not None:
+        names = {t.topic_id: name for name, t in view.metadata.topics().items()}
+        for cm in consumer.members:
+            current = _named_assignment(cm.assignment, names)
+            target = _named_assignment(cm.target_assignment, names)
+            for a in current:
+                for p in a["partitions"]:
+                    owner[(a["topic"], p)] = cm.member_id
+            members.append({
+                "member_id": cm.member_id, "group_instance_id": cm.instance_id, "client_id": cm.client_id,
+                "client_host": cm.client_host, "member_epoch": cm.member_epoch,
+                "subscribed_topic_names": list(cm.subscribed_topic_names),
+                "subscribed_topic_regex": cm.subscribed_topic_regex,
+                "assignment": current, "target_assignment": target,
+                "to_revoke": _difference(current, target), "to_assign": _difference(target, current)})
+        members.sort(key=lambda m: (m["client_id"], m["member_id"]))
+    else:
+        assert described is not None
         for m in described.members:
             assignment = decode_assignment(m.assignment) if described.protocol_type == "consumer" else None
             for a in assignment or []:
@@ -378,10 +425,10 @@ def group_view(view: BrokerView, group_id: str, *, detail: bool) -> dict[str, An
             members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                             "client_id": m.client_id, "client_host": m.client_host,
                             "assignment": assignment or []})
-        for o in offsets:
-            o["member_id"] = owner.get((o["topic"], o["partition"]))
-        out["member_list"] = members
-        out["offsets"] = offsets
+    for o in offsets:
+        o["member_id"] = owner.get((o["topic"], o["partition"]))
+    out["member_list"] = members
+    out["offsets"] = offsets
     return out
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from strom.broker.metrics import BrokerMetrics
     from strom.cluster.metadata import BrokerInfo, TopicInfo
     from strom.config import BrokerConfig
-    from strom.coordinator.api import DescribedGroup, FetchedOffset, ListedGroup
+    from strom.coordinator.api import DescribedConsumerGroup, DescribedGroup, FetchedOffset, ListedGroup
     from strom.coordinator.txn_shard import TxnMetadata
     from strom.protocol.errors import ErrorCode
     from strom.storage.log import PartitionLog
@@ -46,6 +46,7 @@ class GroupReader(Protocol):
     def loaded(self) -> bool: ...
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[ListedGroup]: ...
     def describe_group(self, group_id: str) -> DescribedGroup: ...
+    def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup: ...
     def fetch_offsets(self, group_id: str, partitions: Any, require_stable: bool = ...) -> list[FetchedOffset]: ...
 
 

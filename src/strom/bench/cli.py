@@ -1,4 +1,5 @@
-"""``strom bench produce|consume|e2e``: throughput and latency of any Kafka-compatible broker."""
+"""``strom bench produce|consume|e2e|rebalance``: throughput and latency of any Kafka-compatible broker, and
+how long its consumer groups take to absorb a new member."""
 
 from __future__ import annotations
 
@@ -148,3 +149,54 @@ def e2e_cmd(opts: BenchOptions) -> BenchResult:
     from strom.bench.workloads import run_e2e
 
     return run_e2e(opts)
+
+
+@bench.command("rebalance")
+@click.option("--members", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Members of the group before one more joins.")
+@click.option("--partitions", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Partitions of the topic (created, with a name of its own).")
+@click.option("--rate", type=click.FloatRange(min=0.1), default=5.0, show_default=True, metavar="RECORDS/S",
+              help="Records per second the steady producer writes to each partition.")
+@click.option("--procs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Worker processes the members run in (as threads); the joiner has one of its own.")
+@click.option("--steady", type=click.FloatRange(min=0.5), default=5.0, show_default=True, metavar="SECONDS",
+              help="Steady consumption measured before the join (the baseline gap).")
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs of each protocol, alternating.")
+@click.option("--protocol", "protocols", type=click.Choice(["classic", "consumer"]), multiple=True,
+              help="Protocols to measure [default: both].")
+@click.option("--timeout", type=click.FloatRange(min=5), default=180.0, show_default=True, metavar="SECONDS",
+              help="Bound on each wait (group formed, group stable after the join).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@client_options
+def rebalance_cmd(members: int, partitions: int, rate: float, procs: int, steady: float, runs: int,
+                  protocols: tuple[str, ...], timeout: float, as_json: bool, client: ClientOptions) -> None:
+    """Time for a group to become stable after one more member joins, classic cooperative-sticky against
+    the consumer protocol (KIP-848), with a steady producer; and how long partitions pause meanwhile.
+
+    Uses the clients' defaults and whatever group settings the broker has (Kafka's defaults: the
+    consumer protocol's heartbeat every 5 s, the classic client's every 3 s). See
+    docs/performance.md for what each figure means.
+    """
+    from confluent_kafka.admin import NewTopic
+
+    from strom.bench.rebalance import PROTOCOLS, run, summary_lines
+    from strom.cli.common import admin_client, base_config, note
+
+    properties = {k: v for k, v in base_config(client).items()
+                  if k not in ("bootstrap.servers", "client.id", "logger", "allow.auto.create.topics")}
+
+    def create(topic: str, n: int) -> None:
+        admin = admin_client(client)  # held until the answer: a collected client cancels its requests
+        futures = admin.create_topics([NewTopic(topic, n, 1)], request_timeout=60)
+        futures[topic].result(timeout=90)
+
+    results = run(client.bootstrap, members=members, partitions=partitions, rate=rate, procs=procs,
+                  steady_s=steady, timeout=timeout, runs=runs, protocols=protocols or PROTOCOLS,
+                  create_topic=create, log=note, properties=properties)
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        for line in summary_lines(results):
+            click.echo(line)

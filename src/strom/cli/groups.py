@@ -1,7 +1,11 @@
 """`strom groups`: list, describe (with lag), reset offsets of, and delete consumer groups.
 
 Built on confluent-kafka's AdminClient, so it works against any Kafka-compatible broker, the way
-kafka-consumer-groups.sh does. Errors are one line on stderr and a nonzero exit.
+kafka-consumer-groups.sh does. The AdminClient tells a group's type (classic or consumer, KIP-848)
+and, for a consumer group, each member's current and target assignment, but not the epochs or the
+subscriptions: those come from ConsumerGroupDescribe (API 69), sent to the group's coordinator over
+strom's own connection (with the -X security settings). Errors are one line on stderr and a nonzero
+exit.
 """
 
 from __future__ import annotations
@@ -15,10 +19,19 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from strom.cli.common import ClientOptions, StromGroup, admin_client, client_options, connection_options
+from strom.cli.common import (
+    ClientOptions,
+    StromGroup,
+    admin_client,
+    client_options,
+    connection_options,
+    raw_security,
+)
+from strom.client.raw_connection import RawConnection
 
 TIMEOUT_S = 15.0
 INACTIVE_STATES = {"EMPTY", "DEAD"}  # a reset is refused unless the group has no members
+CONSUMER_GROUP_DESCRIBE = 69
 
 
 def _fail(message: str) -> click.ClickException:
@@ -46,6 +59,11 @@ def _state_name(state: Any) -> str:
     return str(getattr(state, "name", state)).upper()
 
 
+def _type_name(group_type: Any) -> str:
+    """"classic" or "consumer" (KIP-848); "unknown" when the broker does not say (ListGroups < v5)."""
+    return str(getattr(group_type, "name", group_type or "unknown")).lower()
+
+
 @click.group("groups", cls=StromGroup, no_args_is_help=True)
 @connection_options
 def groups() -> None:
@@ -55,15 +73,14 @@ def groups() -> None:
 @groups.command("list")
 @client_options
 def list_groups(client: ClientOptions) -> None:
-    """List the consumer groups and their states."""
+    """List the consumer groups with their states and types (classic or consumer)."""
     admin = admin_client(client)  # held until the answer: a collected client cancels its requests
     result = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S), "list groups")
     if result.errors:
         raise _fail(f"list groups: {_describe_error(result.errors[0])}")
     table = Table("GROUP", "STATE", "TYPE")
     for g in sorted(result.valid, key=lambda g: g.group_id):
-        kind = "simple" if g.is_simple_consumer_group else "consumer"
-        table.add_row(g.group_id, _state_name(g.state).title().replace("_", ""), kind)
+        table.add_row(g.group_id, _state_name(g.state).title().replace("_", ""), _type_name(g.type))
     Console().print(table)
 
 
@@ -104,11 +121,83 @@ def _list_offsets(admin: Any, tps: Iterable[tuple[str, int]], spec: Any) -> dict
             for tp, f in futures.items()}
 
 
+@dataclass
+class ConsumerMember:
+    """A consumer-protocol member as ConsumerGroupDescribe tells it."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    member_epoch: int
+    subscribed_topics: list[str]
+    subscribed_regex: str | None
+    current: dict[str, set[int]]
+    target: dict[str, set[int]]
+
+
+@dataclass
+class ConsumerGroupDetail:
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[ConsumerMember]
+
+
+def _by_topic(assignment: Any) -> dict[str, set[int]]:
+    return {str(t.topic_name): {int(p) for p in t.partitions} for t in assignment.topic_partitions}
+
+
+def _consumer_group_detail(desc: Any, group: str, client: ClientOptions) -> ConsumerGroupDetail:
+    """ConsumerGroupDescribe v1 at the coordinator the AdminClient found."""
+    from kio.schema.consumer_group_describe.v1 import request as req
+    from kio.schema.types import GroupId
+
+    from strom.cli.reassign import _error_name
+
+    node = desc.coordinator
+    try:
+        with RawConnection(node.host, node.port, client.connect_timeout, raw_security(client)) as conn:
+            response = conn.request(CONSUMER_GROUP_DESCRIBE, 1, req.ConsumerGroupDescribeRequest(
+                group_ids=(GroupId(group),), include_authorized_operations=False))
+    except OSError as e:
+        raise _fail(f"describe {group}: coordinator {node.host}:{node.port}: {e}") from None
+    g = response.groups[0]
+    if int(g.error_code):
+        raise _fail(f"describe {group}: {_error_name(int(g.error_code))}")
+    return ConsumerGroupDetail(str(g.group_state), int(g.group_epoch), int(g.assignment_epoch), str(g.assignor_name), [
+        ConsumerMember(str(m.member_id), m.instance_id, str(m.client_id), str(m.client_host), int(m.member_epoch),
+                       sorted(str(t) for t in m.subscribed_topic_names), m.subscribed_topic_regex,
+                       _by_topic(m.assignment), _by_topic(m.target_assignment))
+        for m in g.members])
+
+
+def assignment_text(current: dict[str, set[int]], target: dict[str, set[int]]) -> str:
+    """A member's assignment against its target, per topic: ``t 0,1,-2,+5`` where -N is a partition it
+    still owns but must revoke, +N one it is to be given once its owner has released it."""
+    out = []
+    for topic in sorted(set(current) | set(target)):
+        now, want = current.get(topic, set()), target.get(topic, set())
+        marks = [("" if p in want else "-") + str(p) if p in now else f"+{p}" for p in sorted(now | want)]
+        if marks:
+            out.append(f"{topic} {','.join(marks)}")
+    return "; ".join(out) or "-"
+
+
+def _subscription_text(m: ConsumerMember) -> str:
+    parts = list(m.subscribed_topics)
+    if m.subscribed_regex:
+        parts.append(f"regex {m.subscribed_regex}")
+    return ", ".join(parts) or "-"
+
+
 @groups.command("describe")
 @click.argument("group")
 @client_options
 def describe(group: str, client: ClientOptions) -> None:
-    """Members, assignment, committed offset, log end and lag per partition."""
+    """Type, state, members, assignment, committed offset, log end and lag per partition; for a consumer
+    group (KIP-848) also its epochs and each member's epoch, subscription and target assignment."""
     from confluent_kafka.admin import OffsetSpec
 
     admin = admin_client(client)
@@ -116,6 +205,8 @@ def describe(group: str, client: ClientOptions) -> None:
     state = _state_name(desc.state)
     if state == "DEAD":
         raise _fail(f"consumer group '{group}' does not exist")
+    kind = _type_name(getattr(desc, "type", None))
+    detail = _consumer_group_detail(desc, group, client) if kind == "consumer" else None
     rows: dict[tuple[str, int], PartitionRow] = {}
     for m in desc.members:
         for tp in m.assignment.topic_partitions:
@@ -128,8 +219,21 @@ def describe(group: str, client: ClientOptions) -> None:
         rows[tp].log_end = end
 
     console = Console()
-    console.print(f"Group [bold]{group}[/bold]  state {state.title().replace('_', '')}  "
-                  f"assignor {desc.partition_assignor or '-'}  members {len(desc.members)}")
+    # librdkafka knows the classic states only: a consumer group's Assigning or Reconciling is its
+    # UNKNOWN. ConsumerGroupDescribe says it as the broker does.
+    shown = detail.state if detail is not None else state.title().replace("_", "")
+    header = (f"Group [bold]{group}[/bold]  type {kind}  state {shown}  "
+              f"assignor {desc.partition_assignor or '-'}  members {len(desc.members)}")
+    if detail is not None:
+        header += f"  group epoch {detail.group_epoch}  target assignment epoch {detail.assignment_epoch}"
+    console.print(header, highlight=False)
+    if detail is not None:
+        members = Table("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "EPOCH", "SUBSCRIPTION",
+                        "ASSIGNMENT (-N: to revoke, +N: to assign)")
+        for cm in sorted(detail.members, key=lambda cm: (cm.client_id, cm.member_id)):
+            members.add_row(cm.member_id, cm.instance_id or "-", cm.client_id, cm.host, str(cm.member_epoch),
+                            _subscription_text(cm), assignment_text(cm.current, cm.target))
+        console.print(members)
     table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                   "CLIENT-ID")
     for key in sorted(rows):
@@ -137,9 +241,10 @@ def describe(group: str, client: ClientOptions) -> None:
         table.add_row(r.topic, str(r.partition), _fmt(r.committed), _fmt(r.log_end), _fmt(r.lag), r.member,
                       r.host, r.client_id)
     console.print(table)
-    unassigned = [m for m in desc.members if not m.assignment.topic_partitions]
-    for m in unassigned:
-        console.print(f"member {m.member_id} ({m.client_id}, {m.host}) has no partitions")
+    if detail is None:
+        for m in desc.members:
+            if not m.assignment.topic_partitions:
+                console.print(f"member {m.member_id} ({m.client_id}, {m.host}) has no partitions")
 
 
 def _fmt(value: int | None) -> str:

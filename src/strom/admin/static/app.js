@@ -642,16 +642,58 @@ pages.groups = {
     const { groups } = await api("/api/groups");
     root.querySelector("#g-sub").textContent = `${groups.length} groups`;
     root.querySelector("#g-table").replaceChildren(table(
-      ["Group", "State", ["Members", "num"], "Topics", ["Lag", "num"]],
+      ["Group", "State", ["Members", "num"], "Topics", ["Lag", "num"], "Type", ["Epoch", "num"]],
       groups.map((g) => el("tr", { "data-group": g.group_id },
         el("td", {}, el("a", { href: `#/groups/${encodeURIComponent(g.group_id)}`, text: g.group_id })),
         el("td", {}, el("span", { class: `badge ${g.state}`, text: g.state })),
         el("td", { class: "num", text: fmtNum(g.members) }),
         el("td", { text: g.topics.join(", ") || "–" }),
-        lagCell(g.lag))),
+        lagCell(g.lag),
+        el("td", {}, el("span", { class: `badge ${g.type}`, text: g.type })),
+        el("td", { class: "num", text: g.group_epoch === null ? "–" : fmtNum(g.group_epoch) }))),
       "No consumer groups yet."));
   },
 };
+
+// A consumer-protocol member's assignment against its target: the partitions it holds, those it
+// must still revoke (struck through) and those it will get once their owner releases them (+N).
+function assignmentCell(m) {
+  const target = new Map(m.target_assignment.map((a) => [a.topic, new Set(a.partitions)]));
+  const current = new Map(m.assignment.map((a) => [a.topic, new Set(a.partitions)]));
+  const topics = [...new Set([...target.keys(), ...current.keys()])].sort();
+  const td = el("td", { class: "mono assignment" });
+  if (!topics.length) td.append("–");
+  topics.forEach((t, i) => {
+    const now = current.get(t) || new Set(), want = target.get(t) || new Set();
+    const parts = [...new Set([...now, ...want])].sort((a, b) => a - b);
+    if (i) td.append("; ");
+    td.append(`${t} [`);
+    parts.forEach((p, j) => {
+      if (j) td.append(", ");
+      if (now.has(p) && !want.has(p)) td.append(el("span", { class: "part revoke", title: "to be revoked", text: p }));
+      else if (!now.has(p)) td.append(el("span", { class: "part assign", title: "to be assigned", text: `+${p}` }));
+      else td.append(String(p));
+    });
+    td.append("]");
+  });
+  return td;
+}
+
+function consumerMembers(g) {
+  return table(
+    ["Member", "Instance", "Client id", "Host", ["Epoch", "num"], "Subscription", "Assignment (target)"],
+    g.member_list.map((m) => el("tr", { "data-member": m.member_id, "data-client": m.client_id },
+      el("td", { class: "mono", text: m.member_id }),
+      el("td", { text: m.group_instance_id || "–" }),
+      el("td", { text: m.client_id }),
+      el("td", { text: m.client_host }),
+      el("td", { class: "num" + (m.member_epoch < g.assignment_epoch ? " lag-pos" : ""), text: fmtNum(m.member_epoch),
+        title: m.member_epoch < g.assignment_epoch ? "reconciling toward the target assignment epoch" : null }),
+      el("td", { class: "mono", text: [...m.subscribed_topic_names,
+        ...(m.subscribed_topic_regex ? [`regex ${m.subscribed_topic_regex}`] : [])].join(", ") || "–" }),
+      assignmentCell(m))),
+    "No active members.");
+}
 
 pages.group = {
   mount(root, args) {
@@ -669,12 +711,21 @@ pages.group = {
       root.querySelector("#gd-cards").replaceChildren(el("div", { class: "msg error", text: e.message }));
       return;
     }
-    root.querySelector("#gd-cards").replaceChildren(
-      card("State", g.state),
+    const consumer = g.type === "consumer";
+    root.querySelector("#gd-cards").replaceChildren(...[
+      card("State", g.state, null, "gd-state"),
+      card("Type", g.type, consumer ? "KIP-848 consumer protocol" : "classic rebalance protocol", "gd-type"),
       card("Members", fmtNum(g.members)),
-      card("Protocol", g.protocol || "–", g.protocol_type || ""),
-      card("Total lag", fmtNum(g.lag)));
-    root.querySelector("#gd-members").replaceChildren(table(
+      consumer ? card("Assignor", g.protocol || "–", "server-side", "gd-assignor")
+        : card("Protocol", g.protocol || "–", g.protocol_type || ""),
+      consumer ? card("Group epoch", fmtNum(g.group_epoch), `target assignment epoch ${fmtNum(g.assignment_epoch)}`,
+        "gd-epoch") : null,
+      card("Total lag", fmtNum(g.lag))].filter(Boolean));
+    if (consumer) {
+      root.querySelector("#gd-members").replaceChildren(consumerMembers(g), el("div", { class: "legend" },
+        el("span", {}, el("span", { class: "part revoke", text: "3" }), " still to be revoked"),
+        el("span", {}, el("span", { class: "part assign", text: "+5" }), " to be assigned once released")));
+    } else root.querySelector("#gd-members").replaceChildren(table(
       ["Member", "Client id", "Host", "Assignment"],
       g.member_list.map((m) => el("tr", {},
         el("td", { class: "mono", text: m.member_id }),
