@@ -16,6 +16,7 @@ from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.connection_quotas import ConnectionQuotas
 from strom.broker.coordinator_host import CoordinatorHost
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
@@ -59,6 +60,10 @@ class Broker:
         self.inter_broker_security = inter_broker_client(config)  # how replica fetchers connect
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
+        # Fetch sessions (KIP-227): marked through the purgatory's notifications.
+        self.fetch_sessions = FetchSessionCache(
+            lambda: self.live_config.value.max_incremental_fetch_session_cache_slots, now_ms)
+        self.purgatory.listeners.append(self.fetch_sessions.on_change)
         self.connections: set[KafkaConnection] = set()
         # max.connections, per listener and per address (a name in the overrides that does not
         # resolve stops the broker here, naming the key).
