@@ -111,9 +111,8 @@ class FetchSession:
     evictable_by_privileged: bool = False
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
-    @property
-    def last_fetch_ms(self) -> int:
-        return self.last_used_ms
+    def holds(self, key: PartitionKey) -> bool:
+        return key in self.partitions
 
     def mark(self, key: PartitionKey) -> None:
         self.pending[key] = None

@@ -53,11 +53,13 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
               version: int, replica_id: int = -1, read_committed: bool = False,
-              skipped: list[tuple[str, int]] | None = None) -> tuple[list[dict[str, Any]], int, bool, bool]:
+              skipped: list[tuple[str, int]] | None = None,
+              session: sessions.FetchSession | None = None) -> tuple[list[dict[str, Any]], int, bool, bool]:
     """One pass over the requested partitions: (response topics, bytes found, whether the response
     is complete at once: an error, or data left out for want of room under ``max_bytes``, and
-    whether any partition was served as a follower's). Partitions not read for want of room are
-    added to ``skipped``."""
+    whether any partition was served as a follower's). Partitions a session must read again at its
+    next fetch are added to ``skipped``: those not read for want of room, and those of a follower
+    out of their ISR (it rejoins only on a fetch that reads them)."""
     replica_manager = broker.replica_manager
     remaining = max_bytes
     total = 0
@@ -91,7 +93,9 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     elif p.fetch_offset <= part.log.log_end_offset:
                         # A follower: its fetch offset is its log end; it copies up to ours.
                         replica_manager.follower_fetched(part, replica_id, p.fetch_offset,
-                                                  getattr(p, "log_start_offset", -1))
+                                                         getattr(p, "log_start_offset", -1), session)
+                        if skipped is not None and replica_id not in part.state.isr:
+                            skipped.append((name, p.partition))  # looked at again until it rejoins
                         max_offset = part.log.log_end_offset
                         followed = True
             if plog is None:
@@ -199,7 +203,7 @@ def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUI
     committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
     skipped: list[tuple[str, int]] = []
     since = broker.purgatory.seq
-    first = _read_all(broker, topics, max_bytes, version, replica_id, committed, skipped)
+    first = _read_all(broker, topics, max_bytes, version, replica_id, committed, skipped, fctx.session)
     responses, total, complete, followed = first
     waitable = fctx.incremental or any(name is not None for name, _, _ in topics)
     if total >= min_bytes or complete or at_once or not waitable or request.max_wait.total_seconds() <= 0:
@@ -362,7 +366,7 @@ async def _long_poll_session(broker: Broker, request: Any, fctx: sessions.FetchC
             topics = [*sessions.session_topics(read.values()), *(x for x in topics if x[0] is None)]
             skipped = []
             responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
-                                                             read_committed, skipped)
+                                                             read_committed, skipped, session)
             if total >= min_bytes or complete:
                 break
         done = True
@@ -373,12 +377,24 @@ async def _long_poll_session(broker: Broker, request: Any, fctx: sessions.FetchC
     return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
 
 
+def _follower_session(broker: Broker, session: sessions.FetchSession, replica_id: int) -> None:
+    """A follower's new session: its later fetches cover every partition in it (Partition.last_caught_up_ms)."""
+    partitions = broker.replica_manager.partitions
+    for key in session.partitions:
+        part = partitions.get(key)
+        f = part.followers.get(replica_id) if part is not None else None
+        if f is not None:
+            f.session = session
+
+
 def _result(broker: Broker, fctx: sessions.FetchContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
             responses: list[dict[str, Any]], replica_id: int = -1, followed: bool = False,
             skipped: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     if replica_id < 0:  # bytes out to consumers; followers' copies are replication, not consumption
         broker.metrics.fetched(topics, responses)
     responses, session_id = sessions.finish(broker.fetch_sessions, fctx, topics, responses, skipped or ())
+    if replica_id >= 0 and fctx.kind == "full" and session_id != sessions.INVALID_SESSION_ID:
+        _follower_session(broker, broker.fetch_sessions.sessions[session_id], replica_id)
     # The record batches go to the socket beside the encoded response, not through the encoder.
     blobs = BlobSplicer()
     for topic in responses:
