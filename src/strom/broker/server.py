@@ -95,7 +95,8 @@ class Broker:
         self.live_config.subscribe(self._new_log_defaults)
         self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn)
         # Retention and the log cleaner.
-        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn)
+        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn,
+                                          lambda topic, p: self.purgatory.notify((topic, p)))
         self.config_admin = ConfigAdmin(self.live_config, self.metadata, self.log_manager, self.topics.log_config,
                                         self.maintenance.config_changed)
         # ACLs and client quotas are kept in files on one broker, in ZooKeeper in a cluster.

@@ -208,7 +208,7 @@ def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUI
     waitable = fctx.incremental or any(name is not None for name, _, _ in topics)
     if total >= min_bytes or complete or at_once or not waitable or request.max_wait.total_seconds() <= 0:
         return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
-    args = (broker, request, fctx, topics, first, max_bytes, min_bytes, version, replica_id, committed)
+    args = (broker, request, fctx, topics, first, skipped, max_bytes, min_bytes, version, replica_id, committed)
     if fctx.incremental:
         return _long_poll_session(*args)
     return _long_poll(*args, since)
@@ -266,8 +266,9 @@ def _replica_id(request: Any) -> int:
 
 async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
                      topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                     first: tuple[list[dict[str, Any]], int, bool, bool], max_bytes: int, min_bytes: int,
-                     version: int, replica_id: int, read_committed: bool, since: int) -> dict[str, Any]:
+                     first: tuple[list[dict[str, Any]], int, bool, bool], skipped: list[tuple[str, int]],
+                     max_bytes: int, min_bytes: int, version: int, replica_id: int, read_committed: bool,
+                     since: int) -> dict[str, Any]:
     """Wait for produces to the requested partitions (purgatory) until min_bytes are there or
     max_wait ends.
 
@@ -291,8 +292,9 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
         changed = await purgatory.wait_topics(names, remaining, since)
         since = purgatory.seq
         if changed is None:  # too much happened to tell what: look at everything again
+            skipped = []
             responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
-                                                             read_committed)
+                                                             read_committed, skipped)
             changed_any = False
             sizes.clear()
             wanted = None
@@ -326,8 +328,8 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
                 sizes[(name or "", p.partition)] = len(entry["records"])
         if sum(sizes.values()) >= min_bytes or now_complete:
             break
-    skipped: list[tuple[str, int]] = []
     if changed_any:
+        skipped = []
         responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
                                                          read_committed, skipped)
     return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
@@ -335,8 +337,9 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
 
 async def _long_poll_session(broker: Broker, request: Any, fctx: sessions.FetchContext,
                              topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                             first: tuple[list[dict[str, Any]], int, bool, bool], max_bytes: int,
-                             min_bytes: int, version: int, replica_id: int, read_committed: bool) -> dict[str, Any]:
+                             first: tuple[list[dict[str, Any]], int, bool, bool], skipped: list[tuple[str, int]],
+                             max_bytes: int, min_bytes: int, version: int, replica_id: int,
+                             read_committed: bool) -> dict[str, Any]:
     """An incremental fetch waits on its session: a notification of one of the session's
     partitions marks it pending and wakes the wait, and only the partitions read so far plus those
     marked are read again."""
@@ -350,7 +353,6 @@ async def _long_poll_session(broker: Broker, request: Any, fctx: sessions.FetchC
         if name is not None:
             for cp in t.partitions:
                 read[(name, cp.partition)] = cp
-    skipped: list[tuple[str, int]] = []
     done = False
     try:
         while True:
