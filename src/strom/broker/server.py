@@ -16,6 +16,7 @@ from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.connection_quotas import ConnectionQuotas
 from strom.broker.coordinator_host import CoordinatorHost
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
@@ -60,6 +61,10 @@ class Broker:
         self.inter_broker_security = inter_broker_client(config)  # how replica fetchers connect
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
+        # Fetch sessions (KIP-227): marked through the purgatory's notifications.
+        self.fetch_sessions = FetchSessionCache(
+            lambda: self.live_config.value.max_incremental_fetch_session_cache_slots, now_ms)
+        self.purgatory.listeners.append(self.fetch_sessions.on_change)
         self.connections: set[KafkaConnection] = set()
         # max.connections, per listener and per address (a name in the overrides that does not
         # resolve stops the broker here, naming the key).
@@ -91,7 +96,8 @@ class Broker:
         self.live_config.subscribe(self._new_log_defaults)
         self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn)
         # Retention and the log cleaner.
-        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn)
+        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn,
+                                          lambda topic, p: self.purgatory.notify((topic, p)))
         self.config_admin = ConfigAdmin(self.live_config, self.metadata, self.log_manager, self.topics.log_config,
                                         self.maintenance.config_changed)
         # ACLs and client quotas are kept in files on one broker, in ZooKeeper in a cluster.

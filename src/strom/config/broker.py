@@ -226,6 +226,7 @@ class BrokerConfig:
     max_connections_per_ip_overrides: dict[str, int]  # host or address, as written -> its limit
     connection_failed_authentication_delay_ms: int
     fetch_max_bytes: int
+    max_incremental_fetch_session_cache_slots: int
     # groups and offsets
     group_initial_rebalance_delay_ms: int
     group_min_session_timeout_ms: int

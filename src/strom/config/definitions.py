@@ -215,6 +215,10 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("fetch.max.bytes", INT, "57671680",
               "Cap on one fetch response (with the request's max_bytes); the first batch of the first "
               "partition with data goes out whole however large (KIP-74).", MEDIUM, at_least(1024)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", INT, "1000",
+              "Fetch sessions (KIP-227) the broker keeps: incremental fetches list only the partitions "
+              "that changed, and are answered with only those that have something to say; 0 turns "
+              "sessions off.", MEDIUM, at_least(0)),
     ConfigDef("queued.max.requests", INT, "500", "Requests queued before the network threads block.", HIGH,
               at_least(1), ignored=True),
     ConfigDef("queued.max.request.bytes", LONG, "-1", "Bytes of queued requests before reading stops.", MEDIUM,
