@@ -123,18 +123,20 @@ class BrokerSchemaLog:
             raise self._error(f"{SCHEMAS_TOPIC}-0: {error.name}",
                               not_leader=error in (E.not_leader_or_follower, E.unknown_topic_or_partition))
 
-    async def read(self, from_offset: int, settle_s: float = 0.0) -> tuple[Rows, int]:
+    async def read(self, from_offset: int, settle_s: float = 0.0, to_log_end: bool = False) -> tuple[Rows, int]:
         """The committed records from ``from_offset``: from this broker's log when it leads
-        ``_schemas`` (with ``settle_s``, first waiting that long at most for every record of its log
-        to be committed: a new leader's high watermark reaches its log end once its followers have
-        fetched, and a write must decide on every record an earlier leader acknowledged), else from
-        the leader's."""
+        ``_schemas``, else from the leader's. On the leader, with ``settle_s``, first waiting that
+        long at most until its high watermark covers every record written under earlier leader
+        epochs (a new leader's high watermark reaches its log end only once its followers have
+        fetched, and what an earlier leader acknowledged may lie above it until then), or with
+        ``to_log_end`` every record of its log (a write decides on all of them: one whose append
+        timed out may still be committed)."""
         if self._metadata.get_topic(SCHEMAS_TOPIC) is None:
             return [], from_offset
         part = self._led()
         if part is not None:
             if settle_s > 0:
-                await self._settle(part, settle_s)
+                await self._settle(part, settle_s, part.log.log_end_offset if to_log_end else part.epoch_start_offset)
             return await self._read_local(from_offset)
         leader = self._leader()
         if leader < 0 or leader == self._replicas.broker_id:
@@ -148,15 +150,14 @@ class BrokerSchemaLog:
             self._drop_connection()
             raise self._error(f"could not read {SCHEMAS_TOPIC}-0 from its leader, broker {leader}: {e!r}") from e
 
-    async def _settle(self, part: Partition, timeout_s: float) -> None:
+    async def _settle(self, part: Partition, timeout_s: float, target: int) -> None:
         plog = part.log
-        target = plog.log_end_offset
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while plog.high_watermark < target and part.is_leader:
             if loop.time() > deadline:
                 raise self._error(f"{SCHEMAS_TOPIC}-0: the high watermark {plog.high_watermark} did not reach "
-                                  f"the log end {target} within {timeout_s:.0f} s")
+                                  f"{target} within {timeout_s:.0f} s")
             await asyncio.sleep(_SETTLE_POLL_S)
 
     async def _read_local(self, from_offset: int) -> tuple[Rows, int]:

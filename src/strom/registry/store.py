@@ -24,7 +24,7 @@ from strom.registry.state import RegistryState
 log = logging.getLogger("strom.registry")
 
 T = TypeVar("T")
-READ_SETTLE_S = 5.0  # how long a read on the leader waits for its log to be committed
+READ_SETTLE_S = 5.0  # how long a read on a new leader waits for what earlier leaders wrote to be committed
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
 
 
@@ -64,11 +64,12 @@ class SchemaLog(Protocol):
         Raises SchemaLogError (``not_leader`` when this broker does not lead the partition)."""
         ...
 
-    async def read(self, from_offset: int, settle_s: float = 0.0
+    async def read(self, from_offset: int, settle_s: float = 0.0, to_log_end: bool = False
                    ) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
         """The committed records from ``from_offset`` up to the end (offset, key, value), and the
         offset to read from next; none while the topic does not exist. ``settle_s``: on the leader,
-        wait up to that long first for every record of its log to be committed. Raises
+        wait up to that long first for every record written under earlier leaders to be committed
+        (with ``to_log_end``, every record of its log: before a write decides). Raises
         SchemaLogError."""
         ...
 
@@ -105,12 +106,13 @@ class Store:
         log.info("schema registry loaded %d subjects from _schemas (up to offset %d)",
                  len(self.state.subjects), self._next_offset)
 
-    async def catch_up(self, settle_s: float = 0.0) -> None:
-        """Apply what the topic holds past what was read (another broker's writes, and ours)."""
+    async def catch_up(self, settle_s: float = 0.0, to_log_end: bool = False) -> None:
+        """Apply what the topic holds past what was read (another broker's writes, and ours);
+        ``settle_s`` and ``to_log_end`` as SchemaLog.read has them."""
         async with self._read_lock:
             while True:
                 try:
-                    batch, next_offset = await self.log.read(self._next_offset, settle_s)
+                    batch, next_offset = await self.log.read(self._next_offset, settle_s, to_log_end)
                 except SchemaLogError as e:
                     raise errors.store_error(f"could not read _schemas: {e}") from None
                 settle_s = 0.0
@@ -169,7 +171,7 @@ class Store:
             if urls is not None:
                 raise NotWriter(urls)
             try:
-                await self.catch_up(self.timeout_s)
+                await self.catch_up(self.timeout_s, to_log_end=True)
             except errors.RegistryError:
                 if await self.log.writer() is not None:
                     raise NotWriter(()) from None  # the leadership moved meanwhile

@@ -116,6 +116,12 @@ class Partition:
         return [b for b in self.state.isr if b != self.broker_id
                 and now_ms - self.followers.get(b, FollowerState()).last_caught_up_ms > lag_max_ms]
 
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where this leader epoch's records begin in the log: what lies before was written under
+        earlier epochs (by earlier leaders)."""
+        return self._epoch_start()
+
     def _epoch_start(self) -> int:
         entries = self.log.leader_epoch_cache.entries
         for e in reversed(entries):
