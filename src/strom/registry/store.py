@@ -82,6 +82,7 @@ class Store:
         self._next_offset = 0
         self._write_lock = asyncio.Lock()
         self._read_lock = asyncio.Lock()
+        self._rounds = 0  # catch-ups begun
         self.loaded = asyncio.Event()
 
     @property
@@ -106,10 +107,16 @@ class Store:
         log.info("schema registry loaded %d subjects from _schemas (up to offset %d)",
                  len(self.state.subjects), self._next_offset)
 
-    async def catch_up(self, settle_s: float = 0.0, to_log_end: bool = False) -> None:
+    async def catch_up(self, settle_s: float = 0.0, to_log_end: bool = False, shared: bool = False) -> None:
         """Apply what the topic holds past what was read (another broker's writes, and ours);
-        ``settle_s`` and ``to_log_end`` as SchemaLog.read has them."""
+        ``settle_s`` and ``to_log_end`` as SchemaLog.read has them. ``shared``: a catch-up that
+        began after this call did, while this one waited for its turn, serves it too (reads that
+        come together make one round trip to the leader, not one each in turn)."""
+        arrived = self._rounds
         async with self._read_lock:
+            if shared and self._rounds > arrived:
+                return
+            self._rounds += 1
             while True:
                 try:
                     batch, next_offset = await self.log.read(self._next_offset, settle_s, to_log_end)
@@ -153,7 +160,7 @@ class Store:
         leader is gone and no other is elected yet) it is what this broker has."""
         await self.ready_state()
         try:
-            await self.catch_up(READ_SETTLE_S)
+            await self.catch_up(READ_SETTLE_S, shared=True)
         except errors.RegistryError as e:
             log.debug("schema registry: answering from the state read so far: %s", e.message)
         return self.state
