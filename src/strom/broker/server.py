@@ -125,6 +125,9 @@ class Broker:
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
         self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
         self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
+        # The schema registry's URLs once its listeners are bound (strom.admin.registry), published in
+        # the broker's registration so that other brokers can forward registry writes here.
+        self.schema_registry_urls: list[str] = []
 
     @property
     def config(self) -> BrokerConfig:
@@ -225,7 +228,7 @@ class Broker:
                            for name, host, port in self._bound_endpoints()}
         self.node = next(iter(self.advertised.values()))
         if self.cluster is not None:
-            await self.cluster.register(self._bound_endpoints())  # joins: the controller sees it now
+            await self.cluster.register(self._bound_endpoints(), self.schema_registry_urls)  # joins: the controller sees it now
         self.spawn(self._flush_loop())
         self.spawn(self._checkpoint_loop())
         self.serving.set()

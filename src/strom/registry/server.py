@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from strom.registry.app import make_app
+from strom.registry.forward import Forwarder
 from strom.registry.ops import Registry
 from strom.registry.store import SchemaLog, Store
 
@@ -39,13 +40,16 @@ Bind = Callable[[str, str, int], list[socket.socket]]
 
 class RegistryServer:
     def __init__(self, listeners: Sequence[Endpoint], schema_log: SchemaLog, bind: Bind,
-                 tls: ssl.SSLContext | None = None, middlewares: Sequence[Any] = ()) -> None:
+                 tls: ssl.SSLContext | None = None, middlewares: Sequence[Any] = (),
+                 client_tls: ssl.SSLContext | None = None) -> None:
+        """``client_tls``: to reach other brokers' https:// registries when forwarding writes."""
         self.listeners = listeners
         self.bind = bind  # binds or raises the broker's one-line error naming the listener
         self.tls = tls
         self.store = Store(schema_log)
         self.registry = Registry(self.store)
-        self.app = make_app(self.registry, middlewares)
+        self.forwarder = Forwarder(self.store, self.store.timeout_s, client_tls)
+        self.app = make_app(self.registry, middlewares, self.forwarder.middleware)
         self.addresses: list[str] = []
         self._runner: web.AppRunner | None = None
         self._loader: asyncio.Task[None] | None = None
@@ -90,3 +94,4 @@ class RegistryServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.forwarder.close()

@@ -157,6 +157,12 @@ class Partition:
             return max(f.last_caught_up_ms, s.last_used_ms)
         return f.last_caught_up_ms
 
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where this leader epoch's records begin in the log: what lies before was written under
+        earlier epochs (by earlier leaders)."""
+        return self._epoch_start()
+
     def _epoch_start(self) -> int:
         entries = self.log.leader_epoch_cache.entries
         for e in reversed(entries):
