@@ -75,6 +75,11 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+def group_config_path(group_id: str) -> str:
+    """A GROUP resource's configs (share groups' share.auto.offset.reset, ...)."""
+    return f"/config/groups/{group_id}"
+
+
 def broker_config_path(resource_name: str) -> str:
     """"" (the cluster-wide defaults) is Kafka's <default> node."""
     return f"{CONFIG_BROKERS}/{resource_name or DEFAULT_BROKER_CONFIG}"

@@ -57,6 +57,7 @@ class ConfigSource(enum.StrEnum):
     STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
     DEFAULT_CONFIG = "DEFAULT_CONFIG"
     DYNAMIC_BROKER_LOGGER_CONFIG = "DYNAMIC_BROKER_LOGGER_CONFIG"
+    GROUP_CONFIG = "GROUP_CONFIG"  # set on a GROUP resource (share groups)
 
     @property
     def id(self) -> int:
@@ -72,6 +73,7 @@ _SOURCE_IDS = {
     ConfigSource.STATIC_BROKER_CONFIG: 4,
     ConfigSource.DEFAULT_CONFIG: 5,
     ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG: 6,
+    ConfigSource.GROUP_CONFIG: 8,  # Kafka 4's ConfigSource.GROUP_CONFIG
 }
 
 
