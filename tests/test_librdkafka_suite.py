@@ -43,15 +43,15 @@ class Case:
 ACL_CASES = [Case("0081_admin", subtests=sub, passes=4) for sub in ("CreateAcls", "DescribeAcls", "DeleteAcls")]
 
 # The rest of 0081_admin, one case per group of sub-tests with how many pass (each runs from a
-# producer and from a consumer client; DeleteTopics and CreatePartitions once per client). Left out: AlterConfigs, which sets the Kerberos broker config
-# sasl.kerberos.min.time.before.relogin that strom does not know (docs/testing.md), and the slow
-# CreateTopics, DescribeConsumerGroups, DeleteConsumerGroupOffsets, AlterConsumerGroupOffsets and
+# producer and from a consumer client; DeleteTopics and CreatePartitions once per client). AlterConfigs
+# (AlterConfigs and IncrementalAlterConfigs, from each client) sets Kafka's Kerberos broker config
+# sasl.kerberos.min.time.before.relogin on broker 0. Left out: the slow CreateTopics, DescribeConsumerGroups, DeleteConsumerGroupOffsets, AlterConsumerGroupOffsets and
 # ListConsumerGroupOffsets groups (they pass, in 9 to 26 seconds each).
 # The group ones wait Kafka's 3 s group.initial.rebalance.delay.ms for each group they form (40 to
 # 60 s in all): their limit leaves room for a busy machine.
 ADMIN_CASES = [Case("0081_admin", subtests=sub, passes=n, timeout=150 if "Groups" in sub else 60) for sub, n in (
     ("unclean_destroy", 4), ("DeleteTopics", 2), ("CreatePartitions", 2),
-    ("DescribeConfigs", 2), ("DeleteRecords", 4), ("ListConsumerGroups", 4), ("DeleteGroups", 4),
+    ("DescribeConfigs", 2), ("AlterConfigs", 4), ("DeleteRecords", 4), ("ListConsumerGroups", 4), ("DeleteGroups", 4),
 )]
 
 # librdkafka's tests of ACLs in force (added with kafka-acls.sh, answered by `strom acls`): a consumer

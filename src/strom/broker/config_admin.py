@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.cluster.metadata import ZooKeeperUnavailable
 from strom.config import (
+    BROKER_DEFS,
     TOPIC_DEFS,
     BrokerConfig,
     ConfigError,
@@ -154,7 +155,6 @@ class ConfigAdmin:
         return configs
 
     def _config_type(self, resource_type: int, name: str) -> ConfigType:
-        from strom.config import BROKER_DEFS
         from strom.config.group import GROUP_DEFS
 
         defs = TOPIC_DEFS if resource_type == TOPIC else GROUP_DEFS if resource_type == GROUP else BROKER_DEFS
@@ -188,8 +188,8 @@ class ConfigAdmin:
 
                 validate_group_configs(configs, self._config.value)
                 return None
-            check_dynamic_names(configs)
             level = self.broker_level(resource_name)
+            check_dynamic_names(configs, cluster_default=level == "")
             default = configs if level == "" else self._metadata.broker_configs("")
             mine = configs if level != "" else self._metadata.broker_configs(str(self._config.value.broker_id))
             return with_dynamic_configs(self._config.value, default, mine)
@@ -222,9 +222,14 @@ class ConfigAdmin:
             log.info("group %s configs are now %s", resource_name, configs)
         else:
             assert new_broker_config is not None
+            before = self.current(BROKER, resource_name)
             self._metadata.set_broker_configs(self.broker_level(resource_name), configs)
             self.apply_broker_config(new_broker_config)
-            log.info("dynamic broker configs (%s) are now %s", resource_name or "cluster default", configs)
+            log.info("dynamic broker configs (%s) are now %s", resource_name or "cluster default",
+                     {k: None if BROKER_DEFS[k].sensitive else v for k, v in configs.items()})
+            changed = {k: v for k, v in configs.items() if before.get(k) != v}
+            for line in no_effect_warnings(changed, BROKER_DEFS, "broker"):
+                log.warning("%s", line)
 
     def apply_topic(self, name: str) -> None:
         info = self._metadata.get_topic(name)

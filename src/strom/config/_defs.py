@@ -191,6 +191,7 @@ class ListOf:
 
     choices: tuple[str, ...]
     allow_empty: bool = False
+    note: str = ""  # said after a refused item, e.g. why the others are not offered
 
     def __call__(self, value: Value) -> str | None:
         if not isinstance(value, list):
@@ -199,7 +200,8 @@ class ListOf:
             return f"must be one or more of {', '.join(self.choices)}"
         for item in value:
             if item not in self.choices:
-                return f"value '{item}' must be one of {', '.join(self.choices)}"
+                note = f" ({self.note})" if self.note else ""
+                return f"value '{item}' must be one of {', '.join(self.choices)}{note}"
         return None
 
     def describe(self) -> str:

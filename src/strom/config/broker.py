@@ -29,6 +29,7 @@ from .definitions import (
     BROKER_CONFIGS,
     BROKER_DEFS,
     DYNAMIC_BROKER_CONFIGS,
+    KAFKA_ONLY_REFUSALS,
     KNOWN_PREFIXES,
     SECURITY_PROTOCOLS,
 )
@@ -363,9 +364,13 @@ class BrokerConfig:
             if key not in BROKER_DEFS and not key.startswith(KNOWN_PREFIXES):
                 log.warning("The configuration '%s' was supplied but isn't a known config.", key)
         values: dict[str, Value] = {}
-        for d in BROKER_CONFIGS:
+        for d in BROKER_DEFS.values():
             text = raw.get(d.name, d.default)
             values[d.name] = None if text is None else d.parse(text)
+        for name, why in KAFKA_ONLY_REFUSALS.items():
+            # A Kafka key strom has no feature for: only Kafka's default, which asks nothing of it.
+            if name in raw and values[name] != BROKER_DEFS[name].parsed_default():
+                raise ConfigError(name, f"value {raw[name].strip()!r} cannot be honoured: {why}")
         kwargs: dict[str, Any] = _derive(values, raw)
         for f in fields(cls):
             if f.name not in _DERIVED:
@@ -426,14 +431,14 @@ class BrokerConfig:
         return out
 
     def describe(self) -> list[ConfigEntry]:
-        """Every broker property, for DescribeConfigs on a BROKER resource.
+        """Every broker property (strom's, then Kafka's others), for DescribeConfigs on a BROKER resource.
 
         Sources follow Kafka: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
         STATIC_BROKER_CONFIG, DEFAULT_CONFIG. Only DYNAMIC_BROKER_CONFIGS are writable; sensitive
         values are reported as null, as Kafka does.
         """
         out = []
-        for d in BROKER_CONFIGS:
+        for d in BROKER_DEFS.values():
             value = format_value(self._values[d.name])
             out.append(
                 ConfigEntry(

@@ -19,6 +19,7 @@ from ._defs import (
     between,
     index,
 )
+from .kafka_only import kafka_only_configs
 
 BOOL, STR, INT, SHORT, LONG, DBL, LIST, PWD = (
     ConfigType.BOOLEAN,
@@ -434,8 +435,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("allow.everyone.if.no.acl.found", BOOL, "false",
               "With an authorizer, allow access to resources that have no ACL.", LOW),
     # --- KRaft, accepted so KRaft server.properties files load ---
-    ConfigDef("process.roles", LIST, "", "KRaft roles (broker, controller); strom uses ZooKeeper mode.", HIGH,
-              ignored=True),
+    ConfigDef("process.roles", LIST, "",
+              "KRaft roles: empty or broker (strom is a broker; it cannot be a KRaft controller).", HIGH,
+              ListOf(("broker",), allow_empty=True, note="strom cannot be a KRaft controller")),
     ConfigDef("controller.quorum.voters", LIST, "", "KRaft controller quorum.", HIGH, ignored=True),
     ConfigDef("controller.listener.names", STR, None, "KRaft controller listener names.", HIGH, ignored=True),
 )
@@ -504,7 +506,12 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
 )
 # fmt: on
 
-BROKER_DEFS: dict[str, ConfigDef] = index(BROKER_CONFIGS)
+# Kafka's broker keys strom has no feature for (kafka_only.py): accepted, stored and described; at
+# Kafka's default only, unless inert (KAFKA_ONLY_REFUSALS says why another value is refused).
+KAFKA_ONLY_CONFIGS, KAFKA_ONLY_MODES, KAFKA_ONLY_REFUSALS = kafka_only_configs({d.name for d in BROKER_CONFIGS})
+
+# Every broker key: strom's, then Kafka's others.
+BROKER_DEFS: dict[str, ConfigDef] = index(BROKER_CONFIGS + KAFKA_ONLY_CONFIGS)
 TOPIC_DEFS: dict[str, ConfigDef] = index(TOPIC_CONFIGS)
 
 # Broker properties that AlterConfigs / IncrementalAlterConfigs may change at runtime (Kafka's
@@ -520,7 +527,11 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
         "log.cleaner.io.buffer.load.factor",
         "log.cleaner.io.max.bytes.per.second",
     }
+    # Kafka-only keys Kafka can change at runtime (values are held to the same rule as at start).
+    | {name for name, mode in KAFKA_ONLY_MODES.items() if mode != "read-only"}
 )
+# Of those, the ones Kafka lets only a broker's own level set (not the cluster-wide default, "").
+PER_BROKER_CONFIGS: frozenset[str] = frozenset(name for name, mode in KAFKA_ONLY_MODES.items() if mode == "per-broker")
 
 # Keys not in the table that are still expected in a server.properties: per-listener settings
 # (listener.name.<listener>.<config>) are read by the security layer from BrokerConfig.raw.
