@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -27,8 +28,9 @@ from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
 from strom.admin.login import middleware as login_middleware
 from strom.admin.view import ReplicationState
-from strom.broker.acceptor import ListenerBindError, bind
+from strom.broker.acceptor import bind
 from strom.broker.handlers.metadata import brokers_and_controller, topic_entry
+from strom.http_listeners import bind_all
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -193,16 +195,7 @@ class AdminServer:
         if not listeners:
             log.info("admin listener disabled (admin.listeners is empty)")
             return
-        bound: list[tuple[Listener, list[socket.socket]]] = []
-        try:
-            for listener in listeners:  # all of them first: a failure leaves nothing half started
-                what = f"admin listener {listener.name.lower()}://{listener.host}:{listener.port}"
-                bound.append((listener, bind(what, listener.host or "0.0.0.0", listener.port, backlog=128)))
-        except ListenerBindError:
-            for _, sockets in bound:
-                for sock in sockets:
-                    sock.close()
-            raise
+        bound = bind_all(listeners, functools.partial(bind, backlog=128), "admin listener")
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runner = runner

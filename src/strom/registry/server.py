@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 
+from strom.http_listeners import Bind, HttpListener, bind_all
 from strom.registry.app import make_app
 from strom.registry.forward import Forwarder
 from strom.registry.ops import Registry
@@ -22,24 +22,8 @@ from strom.registry.store import SchemaLog, Store
 log = logging.getLogger("strom.registry")
 
 
-class Endpoint(Protocol):
-    """One listener (strom.config.broker.Listener): HTTP or HTTPS, host, port."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
-
-
-Bind = Callable[[str, str, int], list[socket.socket]]
-
-
 class RegistryServer:
-    def __init__(self, listeners: Sequence[Endpoint], schema_log: SchemaLog, bind: Bind,
+    def __init__(self, listeners: Sequence[HttpListener], schema_log: SchemaLog, bind: Bind,
                  tls: ssl.SSLContext | None = None, middlewares: Sequence[Any] = (),
                  client_tls: ssl.SSLContext | None = None) -> None:
         """``client_tls``: to reach other brokers' https:// registries when forwarding writes."""
@@ -55,16 +39,7 @@ class RegistryServer:
         self._loader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        bound: list[tuple[Endpoint, list[socket.socket]]] = []
-        try:
-            for listener in self.listeners:  # all of them first: a failure leaves nothing half started
-                what = f"schema registry listener {listener.name.lower()}://{listener.host}:{listener.port}"
-                bound.append((listener, self.bind(what, listener.host or "0.0.0.0", listener.port)))
-        except Exception:
-            for _, sockets in bound:
-                for sock in sockets:
-                    sock.close()
-            raise
+        bound = bind_all(self.listeners, self.bind, "schema registry listener")
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runner = runner
