@@ -63,9 +63,9 @@ def delete(conn: RawConnection, group: str, topics: list[str]) -> Any:
         mod.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics)))
 
 
-def consume_and_accept(bootstrap: str, group: str, topic: str, count: int) -> list[int]:
+def consume_and_accept(bootstrap: str, group: str, topic: str, count: int, **config: Any) -> list[int]:
     """A member that takes ``count`` records, ACCEPTs them and leaves: their offsets, in order."""
-    c = share_consumer(bootstrap, group, topic)  # implicit mode: commit_sync accepts what poll gave
+    c = share_consumer(bootstrap, group, topic, **config)  # implicit mode: commit_sync accepts what poll gave
     try:
         got = poll_until(c, lambda got: len(got) >= count)
         c.commit_sync(15)
@@ -193,3 +193,27 @@ def test_strom_groups_on_a_share_group(broker: BrokerProcess) -> None:
     deleted = strom_groups(broker, "delete-offsets", group, "--topic", topic)
     assert deleted.exit_code == 0, deleted.output
     assert table_rows(strom_groups(broker, "describe", group).output, topic) == []
+
+
+def test_the_console_lists_share_groups_with_members_and_share_partitions(broker: BrokerProcess) -> None:
+    from test_admin_api import call
+    from test_metrics import admin_url
+
+    api = admin_url(broker) + "/api"
+    group = fresh("g")
+    topic = topic_with(broker.bootstrap, [f"v{i}".encode() for i in range(6)], group)
+    assert consume_and_accept(broker.bootstrap, group, topic, 2, **{"max.poll.records": 2}) == [0, 1]
+    c = share_consumer(broker.bootstrap, group, topic, **{"client.id": "console-worker"})
+    try:
+        poll_until(c, lambda got: len(got) >= 4)
+        listed = wait_until(lambda: [g for g in call("GET", api + "/groups")[1]["groups"]
+                                     if g["group_id"] == group and g["members"] == 1], 20, what="the share group")
+        assert (listed[0]["type"], listed[0]["topics"], listed[0]["lag"]) == ("share", [topic], 4)
+        status, g = call("GET", api + "/groups/" + group)
+        assert status == 200 and g["type"] == "share" and g["state"] == "Stable"
+        [m] = g["member_list"]
+        assert m["client_id"] == "console-worker" and m["assignment"] == [{"topic": topic, "partitions": [0]}]
+        assert [(o["partition"], o["committed"], o["end_offset"], o["lag"]) for o in g["offsets"]] == [(0, 2, 6, 4)]
+        c.commit_sync(15)
+    finally:
+        c.close()
