@@ -120,6 +120,27 @@ class BrokerAdminView:
         coordinator: TransactionCoordinatorRuntime | None = getattr(self._broker, "txn_coordinator", None)
         return coordinator
 
+    def share_offsets(self, group_id: str) -> list[dict[str, Any]]:
+        """Start offset, high watermark and lag of each share partition a share group has state for."""
+        from strom.broker.handlers.share_offsets import share_partition_offset
+
+        coordinator: GroupCoordinatorRuntime | None = getattr(self._broker, "group_coordinator", None)
+        if coordinator is None:
+            return []
+        out = []
+        for topic_id, parts in (coordinator.share_initialized(group_id) or {}).items():
+            info = self._broker.metadata.topic_by_id(topic_id)
+            if info is None:
+                continue
+            for p in sorted(parts):
+                found = share_partition_offset(self._broker, group_id, topic_id, info.name, p)
+                plog = self._broker.leader_log(info.name, p)[0]
+                out.append({"topic": info.name, "partition": p,
+                            "committed": None if found is None else found.start_offset,
+                            "end_offset": plog.high_watermark if plog is not None else None,
+                            "lag": None if found is None or found.lag < 0 else found.lag, "metadata": ""})
+        return sorted(out, key=lambda o: (o["topic"], o["partition"]))
+
     def metadata_partitions(self, topic: TopicInfo) -> list[dict[str, Any]]:
         partitions: list[dict[str, Any]] = topic_entry(self._broker, topic)["partitions"]
         return partitions

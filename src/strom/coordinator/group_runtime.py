@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -322,6 +323,20 @@ class GroupCoordinatorRuntime:
 
     def describe_share_group(self, group_id: str) -> DescribedShareGroup:
         return self.shard.describe_share_group(group_id)
+
+    def share_offsets_error(self, group_id: str) -> tuple[E, str | None]:
+        """NONE when the share group exists and is empty (its share-partition offsets may change)."""
+        return self.shard.share_offsets_error(group_id)
+
+    def share_initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
+        """The topic partitions whose share state the share group has (None: no such share group)."""
+        return self.shard.share_initialized(group_id)
+
+    async def share_change_initialized(self, group_id: str, add: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                                       remove: set[uuid.UUID]) -> E:
+        """Record the share partitions whose offsets were altered (``add``) or deleted (``remove``)."""
+        result: E = await self._call(lambda _now, t: self.shard.share_change_initialized(t, group_id, add, remove))
+        return result
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         return self.shard.validate_offset_fetch(group_id, member_id, member_epoch)

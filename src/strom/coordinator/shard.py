@@ -9,6 +9,7 @@ this broker (a single broker leads them all).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 
 from strom.coordinator import records as rec
@@ -252,6 +253,20 @@ class GroupCoordinatorShard:
 
     def describe_share_group(self, group_id: str) -> DescribedShareGroup:
         return self.share.describe(group_id, self._type_of(group_id))
+
+    def share_offsets_error(self, group_id: str) -> tuple[E, str | None]:
+        return self.share.offsets_error(group_id, self._type_of(group_id))
+
+    def share_initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
+        return self.share.initialized(group_id)
+
+    def share_change_initialized(self, token: Token, group_id: str,
+                                 add: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                                 remove: set[uuid.UUID]) -> CoordinatorResult:
+        res = CoordinatorResult(records=self.share.change_initialized(group_id, add, remove))
+        res.reply(token, E.none)
+        res.on_failure = lambda _now, error: CoordinatorResult(replies=[(token, E(error))])
+        return res
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         """OffsetFetch v9+: a consumer group's member must give its id and current epoch, if any."""

@@ -97,3 +97,25 @@ def _updated(old: ShareState, leader_epoch: int, start_offset: int,
     start = max(start_offset, old.start_offset) if start_offset >= 0 else old.start_offset
     return replace(old, leader_epoch=max(leader_epoch, old.leader_epoch), start_offset=start,
                    batches=ssr.merge_batches(old.batches, batches, start))
+
+
+def initialized_state(old: ShareState | None, start_offset: int, state_epoch: int, now: int) -> ShareState:
+    """A share partition's state started afresh at ``start_offset`` with nothing in flight (Kafka's
+    InitializeShareGroupState, as AlterShareGroupOffsets asks it): a new snapshot whose leader
+    epoch -1 lets whichever leader serves it next write on."""
+    epoch = 0 if old is None else old.snapshot_epoch + 1
+    return ShareState(epoch, state_epoch, -1, start_offset, (), now, now)
+
+
+def initialize_write(shard: ShareCoordinatorShard, key: SharePartitionKey, start_offset: int, state_epoch: int,
+                     now: int) -> StateWrite:
+    state = initialized_state(shard.read(key), start_offset, state_epoch, now)
+    value = ShareStateValue(True, state.snapshot_epoch, state.leader_epoch, state.start_offset, (),
+                            state.state_epoch, now, now)
+    return StateWrite(ssr.encode_key(ssr.SHARE_SNAPSHOT, key), ssr.encode_value(value), key, state)
+
+
+def delete_keys(key: SharePartitionKey) -> list[bytes]:
+    """The keys whose tombstones delete a share partition's state (Kafka's DeleteShareGroupState):
+    its snapshot and its updates."""
+    return [ssr.encode_key(ssr.SHARE_UPDATE, key), ssr.encode_key(ssr.SHARE_SNAPSHOT, key)]

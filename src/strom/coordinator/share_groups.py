@@ -151,3 +151,36 @@ class ShareGroupManager:
             return E.non_empty_group, []
         del self.groups[group_id]
         return E.none, self.log.records(group_id)
+
+    # ------------------------------------------------------------------ share-group offsets (APIs 90-92)
+
+    def offsets_error(self, group_id: str, other_type: str | None) -> tuple[E, str | None]:
+        """Whether AlterShareGroupOffsets / DeleteShareGroupOffsets may change the group's share
+        partitions: only those of an existing, empty share group (Kafka's validateOffsetsAlterable
+        and validateDeleteGroup)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            why = f"Group {group_id} is not a share group." if other_type else f"Group {group_id} not found."
+            return E.group_id_not_found, why
+        if group.members:
+            return E.non_empty_group, f"Share group {group_id} is not empty: stop its members first."
+        return E.none, None
+
+    def initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
+        """The topic partitions whose share state the group has (None: no such share group)."""
+        group = self.groups.get(group_id)
+        return None if group is None else dict(group.initialized)
+
+    def change_initialized(self, group_id: str, add: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                           remove: set[uuid.UUID]) -> list[Record]:
+        """Offsets altered (``add``: topic id -> name, partitions) or deleted (``remove``): the
+        group's ShareGroupStatePartitionMetadata record follows."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return []
+        for topic_id, (name, parts) in add.items():
+            group.initialized[topic_id] = group.initialized.get(topic_id, frozenset()) | parts
+            group.subscribed_names.setdefault(topic_id, name)
+        for topic_id in remove:
+            group.initialized.pop(topic_id, None)
+        return self.log.records(group_id)

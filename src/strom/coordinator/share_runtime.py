@@ -22,7 +22,12 @@ from strom.coordinator import share_state_records as ssr
 from strom.coordinator.config import SHARE_GROUP_STATE_TOPIC_NAME, InternalTopic
 from strom.coordinator.partition_writer import LogReader, PartitionWriter
 from strom.coordinator.placement import Placement, replay_partition, replication_error
-from strom.coordinator.share_coordinator import ShareCoordinatorShard, ShareState
+from strom.coordinator.share_coordinator import (
+    ShareCoordinatorShard,
+    ShareState,
+    delete_keys,
+    initialize_write,
+)
 from strom.coordinator.share_state_records import PersistedBatch, SharePartitionKey
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
@@ -143,3 +148,42 @@ class ShareCoordinatorRuntime:
         if error is E.none:
             self.shard.written(write)
         return error
+
+    # ------------------------------------------------------------------ the admin's calls (APIs 90-92)
+
+    async def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int,
+                               state_epoch: int = 0) -> E:
+        """Kafka's InitializeShareGroupState: the share partition starts afresh at ``start_offset``
+        (AlterShareGroupOffsets). NONE once written."""
+        key = SharePartitionKey(group_id, topic_id, partition)
+        write = initialize_write(self.shard, key, start_offset, state_epoch, self.clock())
+        error = await self._append_records(key, [(write.key, write.value)])
+        if error is E.none:
+            self.shard.written(write)
+        return error
+
+    async def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> E:
+        """Kafka's DeleteShareGroupState: the share partition's state is gone (DeleteShareGroupOffsets);
+        its next fetch starts it again from share.auto.offset.reset. NONE once written."""
+        key = SharePartitionKey(group_id, topic_id, partition)
+        if self.shard.read(key) is None and self.error_for(key) is E.none:
+            return E.none
+        error = await self._append_records(key, [(k, None) for k in delete_keys(key)])
+        if error is E.none:
+            self.shard.states.pop(key, None)
+        return error
+
+    async def _append_records(self, key: SharePartitionKey, records: list[tuple[bytes, bytes | None]]) -> E:
+        error = self.error_for(key)
+        if error is not E.none:
+            return error
+        partition_of_state = self.partition_for(key)
+        buf = bytearray(codec.build_batch(records, timestamp_ms=self.clock()))
+        try:
+            self.placement.ensure_topic()
+            [result] = await self.writer.append([(SHARE_GROUP_STATE_TOPIC_NAME, partition_of_state, buf)],
+                                                self.write_timeout_s)
+            return replication_error([result.error])
+        except Exception as e:
+            log.error("could not write to %s-%d: %s", SHARE_GROUP_STATE_TOPIC_NAME, partition_of_state, e)
+            return self.placement.write_failed_error()

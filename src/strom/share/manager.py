@@ -435,6 +435,14 @@ class SharePartitionManager:
         for session in self.sessions.close_connection(connection_id):
             self._release(session.group_id, session.member_id, "lost its connection")
 
+    def forget(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
+        """The share partition's state was changed by an admin (AlterShareGroupOffsets,
+        DeleteShareGroupOffsets on an empty group): drop what is kept of it here, so that its next
+        fetch reads the new state from the share coordinator."""
+        share = self.shares.pop((group_id, topic_id, partition), None)
+        if share is not None and share.timer is not None:
+            share.timer.cancel()
+
     def stop(self) -> None:
         for share in self.shares.values():
             if share.timer is not None:
