@@ -43,13 +43,15 @@ class CoordinatorHost:
 
     def __init__(self, replicas: Replicas, log_manager: LogManager, metadata: MetadataStore,
                  ensure_internal: Callable[[str, int, int, dict[str, str]], bool],
-                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]], *, one_node: bool) -> None:
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]], *, one_node: bool,
+                 live_brokers: Callable[[], int] = lambda: 1) -> None:
         self._replicas = replicas
         self._log_manager = log_manager
         self._metadata = metadata
         self._ensure_internal = ensure_internal  # TopicManager.ensure_internal
         self._spawn = spawn
         self._one_node = one_node
+        self._live_brokers = live_brokers
 
     async def append(self, batches: Sequence[Batch], timeout_s: float,
                      on_appended: Callable[[str, int], None] | None = None) -> list[AppendResult]:
@@ -95,6 +97,9 @@ class CoordinatorHost:
             # Never above the replicas it gets: a min.isr of 2 on one broker would refuse every write.
             configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), rf))
         return self._ensure_internal(topic, partitions, rf, configs)
+
+    def live_brokers(self) -> int:
+        return 1 if self._one_node else self._live_brokers()
 
     async def follow_leadership(self, topic: str, listener: LeadershipListener) -> None:
         replicas = self._replicas

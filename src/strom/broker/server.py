@@ -21,7 +21,7 @@ from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.quota_manager import QuotaManager
-from strom.broker.share_host import BrokerShareHost, LocalPersister
+from strom.broker.share_host import BrokerShareHost, ClusterPersister, LocalPersister
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import TxnMarkers
 from strom.clock import now_ms
@@ -126,6 +126,7 @@ class Broker:
         # Share groups' data side (KIP-932): made at start, once the share coordinator has loaded.
         self.share_coordinator: ShareCoordinatorRuntime | None = None
         self.share_manager: SharePartitionManager | None = None
+        self.share_persister: ClusterPersister | None = None  # in a cluster
         self.serving = asyncio.Event()  # set once start() is done: logs loaded, listeners accepting
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
@@ -216,7 +217,7 @@ class Broker:
             self.cluster.start_controller()
         # The coordinators write through the host (their PartitionWriter), with a copy of their settings.
         host = CoordinatorHost(self.replica_manager, self.log_manager, self.metadata, self.topics.ensure_internal,
-                               self.spawn, one_node=self.cluster is None)
+                               self.spawn, one_node=self.cluster is None, live_brokers=self._live_brokers)
         self.group_coordinator = GroupCoordinatorRuntime(host, GroupRuntimeConfig.from_broker_config(self.config),
                                                          topics=self._topic_images)
         await self.group_coordinator.start()  # replays __consumer_offsets before serving
@@ -253,9 +254,16 @@ class Broker:
         self.share_coordinator = ShareCoordinatorRuntime(host, ShareRuntimeConfig(
             share_runtime_topic(config), config.share_coordinator_snapshot_update_records_per_snapshot,
             config.share_coordinator_write_timeout_ms))
+        persister: LocalPersister | ClusterPersister = LocalPersister(self.share_coordinator)
+        if self.cluster is not None:
+            # The state of a share partition led here is kept by the share coordinator of its
+            # key, on whichever broker leads that key's partition of __share_group_state.
+            persister = self.share_persister = ClusterPersister(
+                self.share_coordinator, self.cluster.store, config.broker_id, config.inter_broker_listener_name,
+                self.inter_broker_security)
         self.share_manager = SharePartitionManager(
             BrokerShareHost(self.replica_manager, self.metadata, self.purgatory, self.spawn),
-            LocalPersister(self.share_coordinator),
+            persister,
             ShareSettings(config.group_share_record_lock_duration_ms, config.group_share_min_record_lock_duration_ms,
                           config.group_share_max_record_lock_duration_ms, config.group_share_delivery_count_limit,
                           config.group_share_partition_max_record_locks, config.group_share_max_share_sessions,
@@ -263,6 +271,9 @@ class Broker:
             self.metadata.group_configs, now_ms)
         self.group_coordinator.share_member_removed.append(self.share_manager.release_member)
         return self.share_coordinator
+
+    def _live_brokers(self) -> int:
+        return len(self.cluster.store.brokers) if self.cluster is not None else 1
 
     def connection_closed(self, connection_id: int) -> None:
         """A client connection is gone: its share sessions close and release what they hold."""
@@ -349,6 +360,8 @@ class Broker:
         await self.txn_coordinator.stop()
         if self.share_manager is not None:
             self.share_manager.stop()
+        if self.share_persister is not None:
+            self.share_persister.close()
         if self.share_coordinator is not None:
             await self.share_coordinator.stop()
         await self.group_coordinator.stop()

@@ -468,17 +468,23 @@ class ZkMetadataStore(TopicLookups):
             self._broker_configs.pop(resource_name, None)
 
     def group_configs(self, group_id: str) -> dict[str, str]:
-        """A GROUP resource's configs, at /config/groups/<group> (read once, then kept)."""
+        """A GROUP resource's configs, at /config/groups/<group>: read on first use, then kept
+        current by a watch (another broker's IncrementalAlterConfigs reaches this one)."""
         cached = self._group_configs.get(group_id)
         if cached is None:
             self._require_connection()
-            try:
-                data, _stat = self.zk.get(zl.group_config_path(group_id))
-                cached = zl.decode_config(data)
-            except NoNodeError:
-                cached = {}
-            self._group_configs[group_id] = cached
+            # kazoo's DataWatch reads the node (or learns it is absent) now, in this thread, and
+            # calls the watch again on kazoo's thread at every change.
+            self.zk.DataWatch(zl.group_config_path(group_id), self._group_config_watch(group_id))
+            cached = self._group_configs.get(group_id, {})
         return dict(cached)
+
+    def _group_config_watch(self, group_id: str) -> Callable[[bytes | None, Any], None]:
+        def watch(data: bytes | None, stat: Any) -> None:
+            # One assignment (atomic): the loop reads the entry, never a half-made one.
+            self._group_configs[group_id] = zl.decode_config(data) if data else {}
+
+        return watch
 
     def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         self._require_connection()

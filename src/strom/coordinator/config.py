@@ -82,6 +82,9 @@ class InternalTopic:
     num_partitions: int  # until the topic exists; then the topic's own count (fixed once made)
     replication_factor: int  # in a cluster; a broker on its own makes it with 1
     configs: Mapping[str, str] = field(default_factory=dict)
+    # Made with min(replication_factor, live brokers) (__share_group_state), not refused when fewer
+    # brokers are up than it asks for (__consumer_offsets, __transaction_state, as in Kafka).
+    capped_at_live_brokers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +135,13 @@ class TxnRuntimeConfig:
 
 def share_runtime_topic(config: BrokerConfig) -> InternalTopic:
     """__share_group_state as Kafka makes it (share.coordinator.state.topic.*): compacted, its
-    min.insync.replicas never above the replication factor it gets."""
+    replication factor capped at the live brokers and its min.insync.replicas never above the
+    replication factor it gets."""
     return InternalTopic(
         SHARE_GROUP_STATE_TOPIC_NAME,
         config.share_coordinator_state_topic_num_partitions,
         config.share_coordinator_state_topic_replication_factor,
         {"cleanup.policy": "compact",
          "min.insync.replicas": str(config.share_coordinator_state_topic_min_isr),
-         "segment.bytes": str(config.share_coordinator_state_topic_segment_bytes)})
+         "segment.bytes": str(config.share_coordinator_state_topic_segment_bytes)},
+        capped_at_live_brokers=True)

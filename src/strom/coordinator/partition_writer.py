@@ -8,7 +8,8 @@ static copy of the settings they read (strom.coordinator.config). All of it:
   wait until the ISR has them (acks=all) and, where the flush policy asks for it, they are fsynced;
 - ``local_log``: the partition's log, to replay it when the partition is loaded;
 - ``producer_epoch``: the epoch a led partition knows for a producer (TxnOffsetCommit's fencing);
-- ``partition_count`` / ``ensure_topic``: the internal topic's size, and making it on first use;
+- ``partition_count`` / ``ensure_topic`` / ``live_brokers``: the internal topic's size, and making
+  it on first use;
 - ``follow_leadership``: which partitions this broker leads, now and as it changes;
 - ``spawn``: a background task that lives as long as the broker.
 """
@@ -101,6 +102,10 @@ class PartitionWriter(Protocol):
     def ensure_topic(self, topic: str, partitions: int, replication_factor: int, configs: Mapping[str, str]) -> bool:
         """The internal topic exists (True) or its creation is under way (False, in a cluster);
         made the way Kafka makes its internal topics. Raises when it cannot be made."""
+        ...
+
+    def live_brokers(self) -> int:
+        """How many brokers are registered in the cluster now (1 for a broker on its own)."""
         ...
 
     async def follow_leadership(self, topic: str, listener: LeadershipListener) -> None:

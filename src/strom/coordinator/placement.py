@@ -102,7 +102,10 @@ class Placement:
     def ensure_topic(self) -> bool:
         """The internal topic exists (True), or its creation is under way (False, in a cluster)."""
         t = self.topic
-        return self.writer.ensure_topic(t.name, self.num_partitions, t.replication_factor, t.configs)
+        rf = t.replication_factor
+        if t.capped_at_live_brokers:
+            rf = max(1, min(rf, self.writer.live_brokers()))
+        return self.writer.ensure_topic(t.name, self.num_partitions, rf, t.configs)
 
     async def start(self) -> None:
         """Load what this broker leads now, and follow leadership from here on."""

@@ -53,8 +53,26 @@ class ShareCoordinatorRuntime:
         self.placement = Placement(config.topic, writer, self._load_owned, self._owned_loaded, self._unload,
                                    self._load_all)
 
-    def partition_for(self, key: SharePartitionKey) -> int:
-        return self.placement.partition_for(key.coordinator_key())
+    def partition_for(self, key: SharePartitionKey | str) -> int:
+        """The state's partition for a share partition, or for its coordinator key
+        "group:topicId:partition" as FindCoordinator's share key type names it."""
+        return self.placement.partition_for(key if isinstance(key, str) else key.coordinator_key())
+
+    def find_coordinator(self) -> bool:
+        """FindCoordinator for a share key: like Kafka, when __share_group_state gets created.
+        False while it is being created."""
+        return self.placement.ensure_topic()
+
+    def state_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The partition of __share_group_state that keeps the share partition's state; None while
+        the topic does not exist (its creation is started: Kafka makes it on first use)."""
+        if self.writer.partition_count(SHARE_GROUP_STATE_TOPIC_NAME) is None:
+            try:
+                self.placement.ensure_topic()
+            except Exception as e:  # cannot be made now (e.g. no broker registered yet): asked again
+                log.warning("cannot create %s: %s", SHARE_GROUP_STATE_TOPIC_NAME, e)
+            return None
+        return self.partition_for(SharePartitionKey(group_id, topic_id, partition))
 
     def error_for(self, key: SharePartitionKey) -> E:
         if not self.loaded:
@@ -90,8 +108,9 @@ class ShareCoordinatorRuntime:
             raise
 
     def _owned_loaded(self, partition: int, leader_epoch: int, _result: None) -> None:
-        log.info("share coordinator: loaded %s-%d at leader epoch %d", SHARE_GROUP_STATE_TOPIC_NAME, partition,
-                 leader_epoch)
+        count = sum(1 for k in self.shard.states if self.partition_for(k) == partition)
+        log.info("share coordinator: loaded %s-%d at leader epoch %d (%d share partitions)",
+                 SHARE_GROUP_STATE_TOPIC_NAME, partition, leader_epoch, count)
 
     def _unload(self, partition: int) -> None:
         self.shard.drop(lambda k: self.partition_for(k) != partition)
@@ -117,13 +136,25 @@ class ShareCoordinatorRuntime:
 
     # ------------------------------------------------------------------ the persister's calls
 
-    def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[E, ShareState | None]:
-        """Kafka's ReadShareGroupState: the share partition's state, None when it has none yet."""
+    async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                         leader_epoch: int = -1) -> tuple[E, ShareState | None]:
+        """Kafka's ReadShareGroupState: the share partition's state, None when it has none yet. A
+        read by a newer leader of the topic partition records its epoch first (Kafka's
+        readStateAndMaybeUpdateLeaderEpoch): from then on the older leader's writes are fenced."""
         key = SharePartitionKey(group_id, topic_id, partition)
         error = self.error_for(key)
         if error is not E.none:
             return error, None
-        return E.none, self.shard.read(key)
+        state = self.shard.read(key)
+        if state is not None and leader_epoch >= 0:
+            if leader_epoch < state.leader_epoch:
+                return E.fenced_leader_epoch, None
+            if leader_epoch > state.leader_epoch:
+                error = await self.write_state(group_id, topic_id, partition, leader_epoch, -1, [])
+                if error is not E.none:
+                    return error, None
+                state = self.shard.read(key)
+        return E.none, state
 
     async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
                           start_offset: int, batches: Sequence[PersistedBatch]) -> E:

@@ -95,7 +95,8 @@ class PersistedState(Protocol):
 class Persister(Protocol):
     """The share coordinator, as a share partition leader uses it (Kafka's Persister)."""
 
-    def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[E, PersistedState | None]: ...
+    async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                         leader_epoch: int) -> tuple[E, PersistedState | None]: ...
 
     async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
                           start_offset: int, batches: Sequence[StateBatch]) -> E: ...
@@ -241,8 +242,11 @@ class SharePartitionManager:
         for share in shares:
             if remaining_records <= 0 or remaining_bytes <= 0:
                 break
-            plog, error, _epoch = self.host.leader_log(share.topic, share.partition)
-            if plog is None:
+            plog, error, epoch = self.host.leader_log(share.topic, share.partition)
+            if plog is None or epoch != share.leader_epoch:
+                if plog is not None:
+                    self._drop(share)
+                    error = E.not_leader_or_follower
                 out.partitions.setdefault((share.topic_id, share.partition),
                                           PartitionResult(share.topic_id, share.partition)).error = E(error)
                 continue
@@ -301,6 +305,11 @@ class SharePartitionManager:
             if share is None:
                 errors[key] = E.invalid_record_state  # nothing was acquired there (or a restart forgot it)
                 continue
+            leading = self._still_leading(share)
+            if leading is not E.none:
+                # The leadership moved: what was acquired here is the new leader's to hand out again.
+                errors[key] = E.invalid_record_state if leading is E.fenced_leader_epoch else leading
+                continue
             try:
                 for first, last, types in batches:
                     share.sp.acknowledge(member_id, first, last, types)
@@ -324,7 +333,13 @@ class SharePartitionManager:
         full = (group_id, key[0], key[1])
         share = self.shares.get(full)
         if share is not None:
-            return share
+            error = self._still_leading(share)
+            if error is E.none:
+                return share
+            if error is not E.fenced_leader_epoch:
+                return error
+            # Led again at a newer epoch (the leadership went and came back): what this broker
+            # kept is stale; the share coordinator has the state.
         pending = self._initializing.get(full)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -350,7 +365,7 @@ class SharePartitionManager:
         plog, error, leader_epoch = self.host.leader_log(topic, partition)
         if plog is None:
             return E(error)
-        error, state = self.persister.read_state(group_id, topic_id, partition)
+        error, state = await self.persister.read_state(group_id, topic_id, partition, leader_epoch)
         if error is not E.none:
             return error
         settings = SharePartitionSettings(self.settings.delivery_count_limit, self.settings.max_record_locks)
@@ -371,6 +386,25 @@ class SharePartitionManager:
         if plog.log_start_offset > sp.start_offset:
             sp.advance_start_to(plog.log_start_offset)
         return _Share(group_id, topic, topic_id, partition, leader_epoch, sp)
+
+    def _still_leading(self, share: _Share) -> E:
+        """NONE while this broker leads the share partition's topic partition at the epoch the share
+        partition was made at; else the error (FENCED_LEADER_EPOCH: led again, at a newer epoch),
+        and the share partition is dropped: its state is the share coordinator's again."""
+        plog, error, epoch = self.host.leader_log(share.topic, share.partition)
+        if plog is not None and epoch == share.leader_epoch:
+            return E.none
+        self._drop(share)
+        return E.fenced_leader_epoch if plog is not None else E(error)
+
+    def _drop(self, share: _Share) -> None:
+        full = (share.group_id, share.topic_id, share.partition)
+        if self.shares.get(full) is share:
+            del self.shares[full]
+            if share.timer is not None:
+                share.timer.cancel()
+            log.info("share group %s: %s-%d is no longer led here at epoch %d; its share partition is dropped",
+                     share.group_id, share.topic, share.partition, share.leader_epoch)
 
     async def _persist(self, share: _Share) -> E:
         sp = share.sp
@@ -402,6 +436,8 @@ class SharePartitionManager:
         share.timer = share.timer_at = None
         if self.shares.get((share.group_id, share.topic_id, share.partition)) is not share:
             return
+        if self._still_leading(share) is not E.none:
+            return
         released = share.sp.expire_locks(self.clock())
         if released:
             log.info("share group %s: %d records of %s-%d released after their acquisition lock", share.group_id,
@@ -421,6 +457,8 @@ class SharePartitionManager:
 
     def _release(self, group_id: str, member_id: str, why: str) -> None:
         for share in [s for s in self.shares.values() if s.group_id == group_id]:
+            if self._still_leading(share) is not E.none:
+                continue
             released = share.sp.release_member(member_id)
             if released:
                 log.info("share group %s: member %s %s; %d records of %s-%d released", group_id, member_id, why,

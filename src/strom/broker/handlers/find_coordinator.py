@@ -1,8 +1,9 @@
-"""FindCoordinator (10): the broker coordinating a group (key type 0) or a transactional id (1).
+"""FindCoordinator (10): the broker coordinating a group (key type 0), a transactional id (1) or a
+share partition's state (2, v6+: the key is "group:topicId:partition", asked by brokers only).
 
-On one broker that is itself; in a cluster, the leader of the key's partition of __consumer_offsets
-or __transaction_state. v0-3 ask for one key, v4+ for a batch. Like Kafka, looking up a coordinator
-is when its internal topic gets created.
+On one broker that is itself; in a cluster, the leader of the key's partition of __consumer_offsets,
+__transaction_state or __share_group_state. v0-3 ask for one key, v4+ for a batch. Like Kafka,
+looking up a coordinator is when its internal topic gets created.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.group_runtime import GroupCoordinatorRuntime, coordinator_of
+from strom.coordinator.share_runtime import ShareCoordinatorRuntime
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
@@ -24,20 +26,22 @@ API_KEY = 10
 MIN_VERSION = 0
 MAX_VERSION = 6
 
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+_TOPICS = {GROUP: "__consumer_offsets", TRANSACTION: "__transaction_state", SHARE: "__share_group_state"}
 log = logging.getLogger("strom.coordinator")
 
 
-def _runtime(broker: Broker, key_type: int) -> GroupCoordinatorRuntime | TransactionCoordinatorRuntime | None:
+def _runtime(broker: Broker, key_type: int
+             ) -> GroupCoordinatorRuntime | TransactionCoordinatorRuntime | ShareCoordinatorRuntime | None:
     if key_type == GROUP:
         return coordinator_of(broker)
-    txn = getattr(broker, "txn_coordinator", None)
-    return txn if txn is not None and txn.loaded else None
+    coord = broker.share_coordinator if key_type == SHARE else getattr(broker, "txn_coordinator", None)
+    return coord if coord is not None and coord.loaded else None
 
 
-def _lookup(broker: Broker, key_type: int) -> tuple[E, str | None]:
+def _lookup(broker: Broker, key_type: int, version: int) -> tuple[E, str | None]:
     """Whether the coordinator is available at all (and its internal topic exists)."""
-    if key_type not in (GROUP, TRANSACTION):
+    if key_type not in (GROUP, TRANSACTION, SHARE) or (key_type == SHARE and version < 6):
         return E.invalid_request, f"unsupported coordinator key type {key_type}"
     coord = _runtime(broker, key_type)
     if coord is None:
@@ -69,14 +73,11 @@ def _entry(broker: Broker, error: E, message: str | None, key: str, key_type: in
 def _coordinator_in_cluster(broker: Broker, key: str,
                             key_type: int) -> tuple[E, str | None, BrokerRegistration | None]:
     """The leader of the key's partition of the coordinator's topic, as ZooKeeper has it."""
-    from strom.coordinator.group_runtime import GROUP_METADATA_TOPIC_NAME
-    from strom.coordinator.txn_runtime import TRANSACTION_STATE_TOPIC_NAME
-
     assert broker.cluster is not None
     coord = _runtime(broker, key_type)
     if coord is None:
         return E.coordinator_not_available, "the coordinator is loading", None
-    topic = GROUP_METADATA_TOPIC_NAME if key_type == GROUP else TRANSACTION_STATE_TOPIC_NAME
+    topic = _TOPICS[key_type]
     store = broker.cluster.store
     state = store.state(topic, coord.partition_for(key))
     reg = store.brokers.get(state.leader) if state is not None else None
@@ -87,12 +88,25 @@ def _coordinator_in_cluster(broker: Broker, key: str,
 
 def _authorized_entry(broker: Broker, ctx: RequestContext, error: E, message: str | None, key: str,
                       key_type: int) -> dict[str, Any]:
-    """DESCRIBE on the group (or transactional id) is needed to learn its coordinator."""
+    """DESCRIBE on the group (or transactional id) is needed to learn its coordinator; a share
+    state's coordinator is for brokers (CLUSTER_ACTION), as in Kafka."""
+    if key_type == SHARE and not broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
+        return {"error_code": E.cluster_authorization_failed, "error_message": None, "node_id": -1, "host": "",
+                "port": -1}
+    if key_type == SHARE and not _share_key_valid(key):
+        return {"error_code": E.invalid_request, "error_message": f"invalid share coordinator key {key!r}",
+                "node_id": -1, "host": "", "port": -1}
     if key_type in _KEY_RESOURCES:
         resource, refusal = _KEY_RESOURCES[key_type]
         if not broker.acls.allowed(ctx, AclOperation.DESCRIBE, resource, key):
             return {"error_code": refusal, "error_message": None, "node_id": -1, "host": "", "port": -1}
     return _entry(broker, error, message, key, key_type, ctx.listener)
+
+
+def _share_key_valid(key: str) -> bool:
+    """"group:topicId:partition" (the group id may hold colons itself)."""
+    parts = key.rsplit(":", 2)
+    return len(parts) == 3 and bool(parts[0]) and bool(parts[1]) and parts[2].isdigit()
 
 
 _KEY_RESOURCES = {GROUP: (ResourceType.GROUP, E.group_authorization_failed),
@@ -101,7 +115,7 @@ _KEY_RESOURCES = {GROUP: (ResourceType.GROUP, E.group_authorization_failed),
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     key_type = getattr(request, "key_type", GROUP)
-    error, message = _lookup(broker, key_type)
+    error, message = _lookup(broker, key_type, ctx.api_version)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
                 "coordinators": [{"key": k, **_authorized_entry(broker, ctx, error, message, k, key_type)}

@@ -1,0 +1,50 @@
+"""ReadShareGroupState (84): a share partition's leader on another broker reads the share
+partition's state from this broker's share coordinator (KIP-932's persister, inter-broker). A read
+at a newer leader epoch than the state's records that epoch first, fencing the older leader.
+Brokers only (CLUSTER_ACTION)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 84
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+def _partition(partition: int, error: E, start_offset: int = -1, batches: Any = ()) -> dict[str, Any]:
+    return {"partition": partition, "error_code": error, "error_message": None, "state_epoch": 0,
+            "start_offset": start_offset,
+            "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
+                               "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
+                              for b in batches]}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = broker.share_coordinator
+    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
+    results = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            if not allowed:
+                partitions.append(_partition(p.partition, E.cluster_authorization_failed))
+                continue
+            if coordinator is None or t.topic_id is None:
+                partitions.append(_partition(p.partition, E.coordinator_not_available if t.topic_id is not None
+                                             else E.invalid_request))
+                continue
+            error, state = await coordinator.read_state(request.group_id, t.topic_id, p.partition, p.leader_epoch)
+            if error is not E.none or state is None:
+                partitions.append(_partition(p.partition, error))
+            else:
+                partitions.append(_partition(p.partition, E.none, state.start_offset, state.batches))
+        results.append({"topic_id": t.topic_id, "partitions": partitions})
+    return {"results": results}

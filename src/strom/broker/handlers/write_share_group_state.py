@@ -1,0 +1,49 @@
+"""WriteShareGroupState (85): a share partition's leader on another broker has this broker's share
+coordinator write the share partition's state to __share_group_state (KIP-932's persister,
+inter-broker); answered once the ISR has it. A write from an older leader epoch than the state's is
+refused (FENCED_LEADER_EPOCH). Brokers only (CLUSTER_ACTION). v1 adds the delivery-complete count,
+which strom does not keep."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.share_state_records import PersistedBatch
+from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 85
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+
+def _partition(partition: int, error: E) -> dict[str, Any]:
+    return {"partition": partition, "error_code": error, "error_message": None}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = broker.share_coordinator
+    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
+
+    async def write(topic_id: Any, p: Any) -> dict[str, Any]:
+        if not allowed:
+            return _partition(p.partition, E.cluster_authorization_failed)
+        if topic_id is None:
+            return _partition(p.partition, E.invalid_request)
+        if coordinator is None:
+            return _partition(p.partition, E.coordinator_not_available)
+        batches = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                   for b in p.state_batches]
+        return _partition(p.partition, await coordinator.write_state(
+            request.group_id, topic_id, p.partition, p.leader_epoch, p.start_offset, batches))
+
+    results = []
+    for t in request.topics:
+        partitions = await asyncio.gather(*(write(t.topic_id, p) for p in t.partitions))
+        results.append({"topic_id": t.topic_id, "partitions": list(partitions)})
+    return {"results": results}
