@@ -136,6 +136,13 @@ class ShareCoordinatorRuntime:
 
     # ------------------------------------------------------------------ the persister's calls
 
+    def peek_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[E, ShareState | None]:
+        """The share partition's state as this coordinator holds it now, for describing it (no
+        leader epoch is recorded)."""
+        key = SharePartitionKey(group_id, topic_id, partition)
+        error = self.error_for(key)
+        return (error, None) if error is not E.none else (E.none, self.shard.read(key))
+
     async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
                          leader_epoch: int = -1) -> tuple[E, ShareState | None]:
         """Kafka's ReadShareGroupState: the share partition's state, None when it has none yet. A

@@ -31,7 +31,7 @@ def share_partition_offset(broker: Broker, group_id: str, topic_id: uuid.UUID, t
     coordinator = broker.share_coordinator
     if coordinator is None:
         return None
-    error, state = coordinator.read_state(group_id, topic_id, partition)
+    error, state = coordinator.peek_state(group_id, topic_id, partition)
     if error is not E.none or state is None or state.start_offset < 0:
         return None
     plog, _error, _epoch = broker.leader_log(topic, partition)
