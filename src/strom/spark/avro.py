@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import pyarrow as pa  # the UDFs' type hints are read at run time: pa must be a global here
+
 from strom.spark.avro_codec import FAILFAST, PERMISSIVE, Decoder, Encoder, SchemaSource, expanded, parse
 from strom.spark.avro_types import spark_type
 
@@ -50,8 +52,7 @@ def from_avro(col: Column | str, subject: str, registry_url: str, *, mode: str =
     framed Avro of a schema the registry has; PERMISSIVE makes such values null. A null value gives
     a null struct. ``registry_config``: more SchemaRegistryClient settings (TLS, basic auth).
     """
-    import pyarrow as pa
-    from pyspark.sql.functions import ArrowUDFType, arrow_udf
+    from pyspark.sql.functions import arrow_udf
 
     mode = mode.upper()
     if mode not in (FAILFAST, PERMISSIVE):
@@ -64,15 +65,14 @@ def from_avro(col: Column | str, subject: str, registry_url: str, *, mode: str =
     def decode(values: pa.Array) -> pa.Array:
         return decoder.decode(values)
 
-    return arrow_udf(decode, result_type, ArrowUDFType.SCALAR)(col)  # type: ignore[no-any-return]
+    return arrow_udf(decode, result_type)(col)  # type: ignore[call-overload,no-any-return]
 
 
 def to_avro(col: Column | str, subject: str, registry_url: str, *,
             registry_config: Mapping[str, str] | None = None) -> Column:
     """A binary column of Confluent-framed Avro (the subject's latest schema and id) from a struct
     column whose fields are the schema's (by name). A null struct gives a null value."""
-    import pyarrow as pa
-    from pyspark.sql.functions import ArrowUDFType, arrow_udf
+    from pyspark.sql.functions import arrow_udf
 
     text, schema_id = latest(subject, client_config(registry_url, registry_config))
     encoder = Encoder(text, schema_id)
@@ -80,4 +80,4 @@ def to_avro(col: Column | str, subject: str, registry_url: str, *,
     def encode(rows: pa.Array) -> pa.Array:
         return encoder.encode(rows)
 
-    return arrow_udf(encode, "binary", ArrowUDFType.SCALAR)(col)  # type: ignore[no-any-return]
+    return arrow_udf(encode, "binary")(col)  # type: ignore[call-overload,no-any-return]

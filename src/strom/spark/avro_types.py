@@ -8,12 +8,13 @@
 | record | struct (fields in schema order) | struct |
 | array | list | array |
 | map | map<string, T> | map<string, T> |
-| ["null", T] (either order) | T, nullable | T, nullable |
+| ["null", T] (either order) | T | T |
 | timestamp-millis, timestamp-micros | timestamp[us, UTC] | timestamp |
 | date | date32 | date |
 | decimal (bytes or fixed) | decimal128(precision, scale) | decimal(precision, scale) |
 
-Anything else (other unions, the time-* and uuid logical types) is refused with UnsupportedAvroType
+Every field of the struct, and every element and map value, is nullable in the column's type (in
+the values only ["null", T] fields and null input values give nulls). Anything else (other unions, the time-* and uuid logical types) is refused with UnsupportedAvroType
 when the column is defined, not when a task meets a record.
 """
 
@@ -34,9 +35,22 @@ PRIMITIVES = {"boolean": "bool_", "int": "int32", "long": "int64", "float": "flo
               "string": "string", "bytes": "binary"}
 
 
-def arrow_type(schema: Any) -> pa.DataType:
-    """The Arrow type of a parsed (fastavro.parse_schema) Avro schema; nullability is the fields'."""
+def arrow_type(schema: Any, loose: bool = False) -> pa.DataType:
+    """The Arrow type of a parsed (fastavro.parse_schema) Avro schema; nullability is the fields'
+    (``loose``: every field nullable, as a struct array's children are under a null struct)."""
     t, _ = _arrow(schema, "value")
+    return _loosen(t) if loose else t
+
+
+def _loosen(t: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _loosen(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, pa.field(t.item_field.name, _loosen(t.item_type)))
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _loosen(t.value_type)))
     return t
 
 
@@ -96,11 +110,13 @@ def _name(schema: Any) -> str:
 
 
 def spark_type(schema: Any) -> DataType:
-    """The Spark type of a parsed Avro schema (a record: a StructType, fields in schema order)."""
+    """The Spark type of a parsed Avro schema (a record: a StructType, fields in schema order).
+    Every field is nullable (a null struct's fields are null; Spark checks the Arrow batches a UDF
+    returns against this type, nullability included)."""
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import ArrayType, MapType, StructField, StructType
 
-    at = arrow_type(schema)
+    at = arrow_type(schema, loose=True)
 
     def convert(t: pa.DataType) -> DataType:
         import pyarrow as pa
