@@ -104,6 +104,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "acls": "strom.cli.acls:acls",
     "users": "strom.cli.users:users",
     "quotas": "strom.cli.quotas:quotas",
+    "schemas": "strom.cli.schemas:schemas",
     "bench": "strom.bench.cli:bench",
     "demo": "strom.demo.cli:demo",
     "dev-cluster": "strom.cli.dev_cluster:dev_cluster",
