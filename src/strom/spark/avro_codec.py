@@ -28,6 +28,7 @@ record (fastavro's schemaless_reader), so only the bad records become null.
 from __future__ import annotations
 
 import io
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -202,7 +203,9 @@ class Decoder:
         pieces: list[pa.Array] = []
         index = np.full(n, -1, np.int64)
         placed = 0
-        for schema_id in np.unique(ids[ids >= 0]).tolist():
+        known = ids[ids >= 0]
+        unique = [int(known[0])] if len(known) and known.min() == known.max() else np.unique(known).tolist()
+        for schema_id in unique:
             rows = np.flatnonzero(ids == schema_id)
             records = self._decode_id(int(schema_id), starts[rows] + HEADER, ends[rows], data)
             pieces.append(records if isinstance(records, pa.Array) else pa.array(records, type=struct_type))
@@ -243,6 +246,9 @@ class Decoder:
     def _polars(self, block: bytes, n: int) -> pa.Array | None:
         """The block decoded by polars as a struct array of the reader's type, or None (and
         polars is not asked again for this reader) when polars cannot read the schema."""
+        # A Spark task has one core: polars' thread pool (one thread per core by default, made at its
+        # import) would compete with the executor's other tasks.
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")
         try:
             import polars
         except ImportError:
@@ -283,13 +289,16 @@ def _frames(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
-    """The bytes of data[starts[i]:ends[i]] for every i, one after the other (one numpy gather)."""
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if len(starts) and int(starts[-1] - starts[0]) + int(lengths[-1]) == total and np.all(starts[1:] == ends[:-1]):
-        return data[int(starts[0]):int(ends[-1])].tobytes()  # contiguous already
-    shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return data[np.arange(total) + shift].tobytes()
+    """The bytes of data[starts[i]:ends[i]] for every i (ascending, not overlapping), one after the
+    other: one boolean mask over the span they cover (+1 where a range starts, -1 where it ends,
+    summed up), no index per byte."""
+    if not len(starts):
+        return b""
+    first, last = int(starts[0]), int(ends[-1])
+    delta = np.zeros(last - first + 1, np.int8)
+    delta[starts - first] += 1
+    delta[ends - first] -= 1
+    return data[first:last][np.cumsum(delta[:-1], dtype=np.int8) > 0].tobytes()
 
 
 # --------------------------------------------------------------------------------------------------
