@@ -62,11 +62,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("-n", "--runs", type=int, default=3)
     ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--arrow-batch", type=int, default=None,
+                    help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default: 10000)")
     args = ap.parse_args()
 
     from strom.spark import from_avro, local_session
 
-    spark = local_session("strom-avro-bench", "local[2]", **{"spark.ui.showConsoleProgress": "false"})
+    conf = {"spark.ui.showConsoleProgress": "false"}
+    if args.arrow_batch:
+        conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = str(args.arrow_batch)
+    spark = local_session("strom-avro-bench", "local[2]", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     url = f"http://127.0.0.1:{free_port()}"
     results: dict[str, list[float]] = {"raw": [], "from_avro": []}
@@ -97,7 +102,8 @@ def main() -> None:
     spark.stop()
     raw, decoded = (statistics.median(results[k]) for k in ("raw", "from_avro"))
     print(f"median: raw read {raw:,.0f} records/s, read + from_avro {decoded:,.0f} records/s, ratio "
-          f"{decoded / raw:.2f} (goal >= 0.5); {args.records:,} records; load average {os.getloadavg()[0]:.1f}")
+          f"{decoded / raw:.2f} (goal >= 0.5); {args.records:,} records; Arrow batches of "
+          f"{args.arrow_batch or 10000:,}; load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
