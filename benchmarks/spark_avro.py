@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """What from_avro costs in a Spark read: the same batch read of N Avro records (five fields: long,
 int, double, string, boolean; about 30 B each), once without decoding (the raw key/value columns
-written to the noop sink) and once decoded with strom.spark.from_avro into typed columns (written to
-the noop sink), alternating, in one run, same broker, same session, after one warm-up of each.
+written to the noop sink), once through an Arrow UDF that returns its input unchanged (what Spark's
+Arrow UDF machinery costs by itself: the floor for any Arrow UDF), and once decoded with
+strom.spark.from_avro into typed columns (written to the noop sink), alternating, in one run, same
+broker, same session, after one warm-up of each.
 
 The broker is strom.testing's EmbeddedBroker with its schema registry on; the records are written by
 confluent-kafka's AvroSerializer into a 2-partition topic; Spark runs in local[2]. Printed: records/s
@@ -21,6 +23,9 @@ import os
 import socket
 import statistics
 import time
+
+import pyarrow as pa
+from pyspark.sql.functions import arrow_udf
 
 from strom.testing import EmbeddedBroker
 
@@ -58,6 +63,10 @@ def fill(bootstrap: str, url: str, topic: str, records: int) -> None:
     print(f"filled {topic}: {records:,} records in {time.perf_counter() - t0:.1f} s (AvroSerializer)", flush=True)
 
 
+def same(values: pa.Array) -> pa.Array:
+    return values
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("-n", "--runs", type=int, default=3)
@@ -74,18 +83,20 @@ def main() -> None:
     spark = local_session("strom-avro-bench", "local[2]", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     url = f"http://127.0.0.1:{free_port()}"
-    results: dict[str, list[float]] = {"raw": [], "from_avro": []}
+    results: dict[str, list[float]] = {"raw": [], "identity": [], "from_avro": []}
     with EmbeddedBroker({"num.partitions": "2", "schema.registry.listeners": url}) as broker:
         b = broker.bootstrap_servers
         broker.create_topic("readings", partitions=2)
         fill(b, url, "readings", args.records)
         for run in range(-1, args.runs):  # run -1 warms the JVM and the Python workers up: not counted
-            for kind in ("raw", "from_avro"):
+            for kind in results:
                 df = (spark.read.format("strom").option("kafka.bootstrap.servers", b)
                       .option("subscribe", "readings").load())
                 if kind == "from_avro":
                     df = df.select(from_avro("value", subject="readings-value", registry_url=url).alias("r")
                                    ).select("r.*")
+                elif kind == "identity":
+                    df = df.select(arrow_udf(same, "binary")("value").alias("value"))
                 else:
                     df = df.select("key", "value")
                 start = time.perf_counter()
@@ -100,8 +111,9 @@ def main() -> None:
                  .selectExpr("count(*) AS n", "sum(r.id) AS ids").collect()[0])
         assert (check.n, check.ids) == (args.records, args.records * (args.records - 1) // 2), check
     spark.stop()
-    raw, decoded = (statistics.median(results[k]) for k in ("raw", "from_avro"))
-    print(f"median: raw read {raw:,.0f} records/s, read + from_avro {decoded:,.0f} records/s, ratio "
+    raw, floor, decoded = (statistics.median(results[k]) for k in ("raw", "identity", "from_avro"))
+    print(f"median: raw read {raw:,.0f} records/s, read + identity Arrow UDF {floor:,.0f} ({floor / raw:.2f}), "
+          f"read + from_avro {decoded:,.0f} records/s, ratio "
           f"{decoded / raw:.2f} (goal >= 0.5); {args.records:,} records; Arrow batches of "
           f"{args.arrow_batch or 10000:,}; load average {os.getloadavg()[0]:.1f}")
 
