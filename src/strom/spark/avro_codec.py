@@ -218,8 +218,8 @@ class Decoder:
 
     def _decode_id(self, schema_id: int, body_starts: np.ndarray, body_ends: np.ndarray,
                    data: np.ndarray) -> pa.Array | list[Any]:
-        try:
-            writer = self.writers(schema_id)
+        try:  # the reader schema itself is at hand: only older ids are asked of the registry
+            writer = self.reader if schema_id == self.reader_id else self.writers(schema_id)
         except AvroDecodeError:
             if self.mode == PERMISSIVE:
                 return [None] * len(body_starts)
