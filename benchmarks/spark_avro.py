@@ -111,6 +111,9 @@ def main() -> None:
                  .selectExpr("count(*) AS n", "sum(r.id) AS ids").collect()[0])
         assert (check.n, check.ids) == (args.records, args.records * (args.records - 1) // 2), check
     spark.stop()
+    rounds = [d / r for r, d in zip(results["raw"], results["from_avro"], strict=True)]
+    print("from_avro / raw, round by round: " + ", ".join(f"{x:.2f}" for x in rounds)
+          + f" (median {statistics.median(rounds):.2f})")
     raw, floor, decoded = (statistics.median(results[k]) for k in ("raw", "identity", "from_avro"))
     print(f"median: raw read {raw:,.0f} records/s, read + identity Arrow UDF {floor:,.0f} ({floor / raw:.2f}), "
           f"read + from_avro {decoded:,.0f} records/s, ratio "
