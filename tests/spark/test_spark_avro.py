@@ -182,3 +182,39 @@ def test_malformed_values_fail_fast_or_become_null(spark: Any, registry_broker: 
     failfast = read(spark, b, "mixed").select(from_avro("value", subject="mixed-value", registry_url=url).alias("r"))
     with pytest.raises(Exception, match="not Confluent-framed Avro"):
         failfast.collect()
+
+
+def test_source_decodes_values_itself(spark: Any, registry_broker: Any, tmp_path: Any) -> None:
+    """The source's valueAvroSubject option: the same typed values as from_avro, decoded in the
+    reader's own Arrow path; in a batch read and in a stream, older writer schemas resolved."""
+    b, url = registry_broker.bootstrap, registry_broker.registry_url
+    create_topic(b, "in-source", 2)
+    registry = SchemaRegistryClient({"url": url})
+    v1 = {"type": "record", "name": "Tick", "fields": [{"name": "n", "type": "long"}]}
+    v2 = {"type": "record", "name": "Tick", "fields": [{"name": "n", "type": "long"},
+                                                       {"name": "tag", "type": "string", "default": "old"}]}
+    produce_avro(b, registry, "in-source", v1, [{"n": i} for i in range(100)])
+    produce_avro(b, registry, "in-source", v2, [{"n": i, "tag": "new"} for i in range(100, 300)])
+
+    def load(reader: Any) -> Any:
+        return (reader.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", "in-source")
+                .option("valueAvroSubject", "in-source-value").option("schema.registry.url", url).load())
+
+    df = load(spark.read)
+    assert df.schema["value"].dataType.simpleString() == "struct<n:bigint,tag:string>"
+    got = sorted((r.value.n, r.value.tag) for r in df.select("value").collect())
+    assert got == [(i, "old") for i in range(100)] + [(i, "new") for i in range(100, 300)]
+    via_udf = (read(spark, b, "in-source").select(from_avro("value", subject="in-source-value", registry_url=url)
+                                                  .alias("value")))
+    assert sorted(df.select("value").collect()) == sorted(via_udf.collect())
+
+    query = (load(spark.readStream.option("startingOffsets", "earliest")).select("value.*")
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 300
+
+    with pytest.raises(Exception, match="needs 'schema.registry.url'"):
+        (spark.read.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", "in-source")
+         .option("valueAvroSubject", "in-source-value").load().collect())

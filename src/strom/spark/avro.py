@@ -15,7 +15,7 @@ decoded or encoded a batch at a time (strom.spark.avro_codec).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa  # the UDFs' type hints are read at run time: pa must be a global here
@@ -25,6 +25,7 @@ from strom.spark.avro_types import spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 
 def client_config(registry_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -42,6 +43,28 @@ def latest(subject: str, config: Mapping[str, str]) -> tuple[str, int]:
         raise ValueError(f"the latest schema of {subject} has references, which strom's from_avro and to_avro "
                          "do not follow")
     return schema.schema_str, int(registered.schema_id)
+
+
+def value_decoder(subject: str, config: Mapping[str, str], mode: str = FAILFAST) -> Decoder:
+    """A Decoder for a subject's latest schema (the strom source's valueAvroSubject option)."""
+    text, schema_id = latest(subject, config)
+    return Decoder(text, schema_id, SchemaSource(config).writer, mode)
+
+
+def decoded_type(decoder: Decoder) -> DataType:
+    return spark_type(expanded(decoder.reader))
+
+
+def decode_values(batches: Iterator[pa.RecordBatch], decoder: Decoder) -> Iterator[pa.RecordBatch]:
+    """The source's Arrow batches with the value column decoded into the reader schema's struct."""
+    for batch in batches:
+        i = batch.schema.get_field_index("value")
+        decoded = decoder.decode(batch.column(i))
+        columns = list(batch.columns)
+        columns[i] = decoded
+        fields = list(batch.schema)
+        fields[i] = pa.field("value", decoded.type)
+        yield pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
 
 
 def from_avro(col: Column | str, subject: str, registry_url: str, *, mode: str = FAILFAST,
