@@ -440,3 +440,35 @@ def test_group_max_size_is_enforced(tmp_path: Path) -> None:
     finally:
         b.stop()
     assert codes == [E.none, E.group_max_size_reached]
+
+
+@pytest.mark.timeout(120)
+def test_a_regex_subscription_picks_up_a_topic_created_later(cgbroker: BrokerProcess) -> None:
+    """The member sends its pattern (ConsumerGroupHeartbeat v1's SubscribedTopicRegex); the broker
+    resolves it, and a matching topic created after the member joined is assigned to it."""
+    bs, group = cgbroker.bootstrap, "cg-regex"
+    first, later, other = "cg-rx-first", "cg-rx-later", "cg-rxno-other"
+    create_topics(bs, {first: 2, other: 1})
+    confluent_produce(bs, first, [{**v, "partition": i % 2} for i, v in enumerate(values(10))])
+    confluent_produce(bs, other, values(5, 1000))
+    member = Member(bs, group, r"^cg-rx-.*", "rx")
+    tally = Tally()
+    try:
+        # (Tally.seen is keyed by partition and offset, which two topics share: count the values.)
+        poll_all([member], lambda: len(tally.values) >= 10, 60, tally([member]), f"the records of {first}")
+        with RawConnection(cgbroker.bootstrap) as conn:
+            d = conn.request(CG_DESCRIBE, 1, request_class("consumer_group_describe", 1,
+                                                           "ConsumerGroupDescribeRequest")(
+                group_ids=(group,), include_authorized_operations=False)).groups[0]
+        (m,) = d.members
+        # The broker holds the pattern, not a list (librdkafka sends each pattern in parentheses,
+        # several joined with |).
+        assert m.subscribed_topic_regex == r"(^cg-rx-.*)" and m.subscribed_topic_names == ()
+        assert {tp.topic_name for tp in m.assignment.topic_partitions} == {first}
+        create_topics(bs, {later: 3})
+        confluent_produce(bs, later, [{**v, "partition": i % 3} for i, v in enumerate(values(9, 100))])
+        poll_all([member], lambda: len(tally.values) >= 19, 60, tally([member]), f"the records of {later}")
+    finally:
+        member.close()
+    assert set(tally.values) == {f"v{i}".encode() for i in [*range(10), *range(100, 109)]}
+    assert max(tally.values.values()) == 1

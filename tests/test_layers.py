@@ -17,6 +17,9 @@ FORBIDDEN: dict[str, set[str]] = {
     # PartitionWriter) and broker/ implements it: neither imports broker/, type-only imports included.
     "replication": {"coordinator", "broker", "cli", "admin", "spark"},
     "coordinator": {"cluster", "replication", "broker", "cli", "admin", "spark"},
+    # Share partitions and sessions (KIP-932): a ShareHost and a Persister they declare; the broker
+    # implements both (broker/share_host.py).
+    "share": {"cluster", "replication", "coordinator", "broker", "cli", "admin", "spark"},
     "broker": {"cli", "admin", "spark"},
     # Beside cluster/ (each uses a little of the other: the ACL store's file writes, the inter-broker
     # client's TLS and SASL login): TLS, SASL, principals, ACLs; the broker uses it.
@@ -68,7 +71,7 @@ def test_import_check_sees_type_checking_imports(tmp_path: Path) -> None:
 def test_coordinator_state_machine_is_sans_io() -> None:
     # The coordinator's pure part takes time as an argument; only the runtimes (groups, transactions,
     # the placement code they share and the writer interface they declare) run on asyncio.
-    runtimes = {"group_runtime.py", "txn_runtime.py", "placement.py", "partition_writer.py"}
+    runtimes = {"group_runtime.py", "txn_runtime.py", "share_runtime.py", "placement.py", "partition_writer.py"}
     offenders = [f"{path.name}: asyncio" for path in (SRC / "coordinator").rglob("*.py")
                  if path.name not in runtimes and "asyncio" in _imports(path)]
     assert offenders == []

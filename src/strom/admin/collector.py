@@ -213,7 +213,9 @@ class BrokerCollector:
         coordinator = view.group_coordinator()
         for g in groups:
             assert coordinator is not None  # the groups come from the loaded coordinator
-            if g.group_type == "consumer":
+            if g.group_type == "share":
+                count_members = len(coordinator.describe_share_group(g.group_id).members)
+            elif g.group_type == "consumer":
                 count_members = len(coordinator.describe_consumer_group(g.group_id).members)
             else:
                 count_members = len(coordinator.describe_group(g.group_id).members)

@@ -22,14 +22,17 @@ if TYPE_CHECKING:
 
 
 class _Service:
-    """start()/stop() with the broker: the registry's server, and the login's threads after it."""
+    """start()/stop() with the broker: the registry's server, and the login's threads after it.
+    Once bound, its URLs go into the broker's registration (where other brokers forward writes)."""
 
-    def __init__(self, server: RegistryServer, login: AdminLogin) -> None:
+    def __init__(self, server: RegistryServer, login: AdminLogin, broker: Broker) -> None:
         self.server = server
         self.login = login
+        self.broker = broker
 
     async def start(self) -> None:
         await self.server.start()
+        self.broker.schema_registry_urls = [_reachable(url, _broker_host(self.broker)) for url in self.server.addresses]
 
     async def stop(self) -> None:
         await self.server.stop()
@@ -39,12 +42,13 @@ class _Service:
 def attach(broker: Broker) -> RegistryServer:
     config = broker.config
     listeners = config.schema_registry_listeners
-    tls = None
+    tls = client_tls = None
     if any(lst.name == "HTTPS" for lst in listeners):
         from strom.security.listener_config import ListenerConfig
-        from strom.security.tls import server_context
+        from strom.security.tls import client_context, server_context
 
         tls = server_context(ListenerConfig(config, "registry"))
+        client_tls = client_context(ListenerConfig(config, "registry"))
     hosts = AllowedHosts(config, listeners, "schema registry listener")
     login = AdminLogin(broker)
 
@@ -54,6 +58,24 @@ def attach(broker: Broker) -> RegistryServer:
     schema_log = BrokerSchemaLog(broker.replica_manager, broker.log_manager, broker.topics, broker.metadata,
                                  broker.serving, live_brokers, error=SchemaLogError)
     server = RegistryServer(listeners, schema_log, functools.partial(bind, backlog=128), tls,
-                            [hosts.middleware(), login_middleware(login)])
-    broker.services.append(_Service(server, login))
+                            [hosts.middleware(), login_middleware(login)], client_tls)
+    broker.services.append(_Service(server, login, broker))
     return server
+
+
+def _broker_host(broker: Broker) -> str:
+    """The host other brokers reach this one at: its inter-broker listener's advertised host."""
+    config = broker.config
+    advertised = config.advertised_listeners or config.listeners
+    own = next((a for a in advertised if a.name == config.inter_broker_listener_name), None) or advertised[0]
+    return own.host or "127.0.0.1"
+
+
+def _reachable(url: str, host: str) -> str:
+    """A listener's URL with a wildcard address (0.0.0.0, ::) replaced by the broker's host."""
+    scheme, _, rest = url.partition("://")
+    bound, _, port = rest.rpartition(":")
+    if bound.strip("[]") in ("0.0.0.0", "::", ""):
+        shown = f"[{host}]" if ":" in host else host
+        return f"{scheme}://{shown}:{port}"
+    return url

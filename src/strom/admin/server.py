@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -27,8 +28,9 @@ from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
 from strom.admin.login import middleware as login_middleware
 from strom.admin.view import ReplicationState
-from strom.broker.acceptor import ListenerBindError, bind
+from strom.broker.acceptor import bind
 from strom.broker.handlers.metadata import brokers_and_controller, topic_entry
+from strom.http_listeners import bind_all
 from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -118,6 +120,27 @@ class BrokerAdminView:
         coordinator: TransactionCoordinatorRuntime | None = getattr(self._broker, "txn_coordinator", None)
         return coordinator
 
+    def share_offsets(self, group_id: str) -> list[dict[str, Any]]:
+        """Start offset, high watermark and lag of each share partition a share group has state for."""
+        from strom.broker.handlers.share_offsets import share_partition_offset
+
+        coordinator: GroupCoordinatorRuntime | None = getattr(self._broker, "group_coordinator", None)
+        if coordinator is None:
+            return []
+        out = []
+        for topic_id, parts in (coordinator.share_initialized(group_id) or {}).items():
+            info = self._broker.metadata.topic_by_id(topic_id)
+            if info is None:
+                continue
+            for p in sorted(parts):
+                found = share_partition_offset(self._broker, group_id, topic_id, info.name, p)
+                plog = self._broker.leader_log(info.name, p)[0]
+                out.append({"topic": info.name, "partition": p,
+                            "committed": None if found is None else found.start_offset,
+                            "end_offset": plog.high_watermark if plog is not None else None,
+                            "lag": None if found is None or found.lag < 0 else found.lag, "metadata": ""})
+        return sorted(out, key=lambda o: (o["topic"], o["partition"]))
+
     def metadata_partitions(self, topic: TopicInfo) -> list[dict[str, Any]]:
         partitions: list[dict[str, Any]] = topic_entry(self._broker, topic)["partitions"]
         return partitions
@@ -196,16 +219,7 @@ class AdminServer:
         if not listeners:
             log.info("admin listener disabled (admin.listeners is empty)")
             return
-        bound: list[tuple[Listener, list[socket.socket]]] = []
-        try:
-            for listener in listeners:  # all of them first: a failure leaves nothing half started
-                what = f"admin listener {listener.name.lower()}://{listener.host}:{listener.port}"
-                bound.append((listener, bind(what, listener.host or "0.0.0.0", listener.port, backlog=128)))
-        except ListenerBindError:
-            for _, sockets in bound:
-                for sock in sockets:
-                    sock.close()
-            raise
+        bound = bind_all(listeners, functools.partial(bind, backlog=128), "admin listener")
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runner = runner

@@ -379,6 +379,9 @@ def group_view(view: BrokerView, group_id: str, *, detail: bool) -> dict[str, An
     coordinator = view.group_coordinator()
     if coordinator is None or not coordinator.loaded:
         return None
+    share = coordinator.describe_share_group(group_id)
+    if share.error is E.none:
+        return _share_group_view(view, share, detail=detail)
     consumer = _consumer_group(view, group_id)
     described = coordinator.describe_group(group_id) if consumer is None else None
     if described is not None and described.state == "Dead":
@@ -428,6 +431,29 @@ def group_view(view: BrokerView, group_id: str, *, detail: bool) -> dict[str, An
     for o in offsets:
         o["member_id"] = owner.get((o["topic"], o["partition"]))
     out["member_list"] = members
+    out["offsets"] = offsets
+    return out
+
+
+def _share_group_view(view: BrokerView, share: Any, *, detail: bool) -> dict[str, Any]:
+    """A share group (KIP-932): its members, each given every partition of its topics, and per share
+    partition its start offset (as ``committed``: everything before it is done) and lag."""
+    offsets = view.share_offsets(share.group_id)
+    lags = [o["lag"] for o in offsets if o["lag"] is not None]
+    out: dict[str, Any] = {"group_id": share.group_id, "lag": sum(lags), "topics": sorted({o["topic"] for o in offsets}),
+                           "type": "share", "state": share.state, "protocol_type": "share", "protocol": "simple",
+                           "members": len(share.members), "group_epoch": share.group_epoch,
+                           "assignment_epoch": share.assignment_epoch}
+    if not detail:
+        return out
+    names = {t.topic_id: name for name, t in view.metadata.topics().items()}
+    out["member_list"] = sorted(({"member_id": m.member_id, "group_instance_id": None, "client_id": m.client_id,
+                                  "client_host": m.client_host, "member_epoch": m.member_epoch,
+                                  "subscribed_topic_names": list(m.subscribed_topic_names),
+                                  "assignment": _named_assignment(m.assignment, names)} for m in share.members),
+                                key=lambda m: (m["client_id"], m["member_id"]))
+    for o in offsets:
+        o["member_id"] = None  # every member shares every partition
     out["offsets"] = offsets
     return out
 

@@ -48,6 +48,7 @@ class GroupReader(Protocol):
     def describe_group(self, group_id: str) -> DescribedGroup: ...
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup: ...
     def fetch_offsets(self, group_id: str, partitions: Any, require_stable: bool = ...) -> list[FetchedOffset]: ...
+    def describe_share_group(self, group_id: str) -> Any: ...
 
 
 class TxnTable(Protocol):
@@ -118,6 +119,7 @@ class BrokerView(Protocol):
     def handler_names(self) -> dict[int, str]: ...  # api key -> handler module name ("api_versions")
     def group_coordinator(self) -> GroupReader | None: ...  # None until the broker has started it
     def txn_coordinator(self) -> TxnReader | None: ...  # None until the broker has started it
+    def share_offsets(self, group_id: str) -> list[dict[str, Any]]: ...  # a share group's share partitions
 
     def metadata_partitions(self, topic: TopicInfo) -> list[dict[str, Any]]:
         """The topic's partitions as a Metadata response tells clients: leader_id, replica_nodes,

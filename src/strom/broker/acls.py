@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("strom.security")
 CONFIG_RESOURCE_TOPIC = 2  # DescribeConfigs' resource types: 2 topic, 4 broker, 8 broker logger
+CONFIG_RESOURCE_GROUP = 32
 audit = logging.getLogger("strom.audit")
 
 class AclManager:
@@ -100,6 +101,8 @@ class AclManager:
             return 0
         if resource_type == CONFIG_RESOURCE_TOPIC:
             return 0 if self.allowed(ctx, operation, ResourceType.TOPIC, name) else E.topic_authorization_failed
+        if resource_type == CONFIG_RESOURCE_GROUP:
+            return 0 if self.allowed(ctx, operation, ResourceType.GROUP, name) else E.group_authorization_failed
         return 0 if self.cluster_allowed(ctx, operation) else E.cluster_authorization_failed
 
     def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.broker.config_admin import load_persisted
@@ -85,14 +85,15 @@ class ClusterNode:
             return False
         return self._topic_log_config(info).unclean_leader_election_enable
 
-    async def register(self, endpoints: list[tuple[str, str, int]]) -> None:
+    async def register(self, endpoints: list[tuple[str, str, int]], schema_registry: Sequence[str] = ()) -> None:
         cfg = self._config.value
         name, host, port = next(((n, h, p) for n, h, p in endpoints if n == cfg.inter_broker_listener_name),
                                 endpoints[0])
         protocols = dict(cfg.listener_security_protocol_map)
         reg = BrokerRegistration(cfg.broker_id, host, port, cfg.broker_rack,
                                  tuple(f"{n}://{h}:{p}" for n, h, p in endpoints),
-                                 {n: protocols.get(n, n) for n, _, _ in endpoints})
+                                 {n: protocols.get(n, n) for n, _, _ in endpoints},
+                                 schema_registry=tuple(schema_registry))
         await self.store.run(self.store.register_broker, reg, cfg.zookeeper_session_timeout_ms / 1000 + 10)
         log.info("registered broker %d in ZooKeeper as %s", cfg.broker_id, list(reg.endpoints))
         assert self.controller is not None

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.cluster.metadata import ZooKeeperUnavailable
 from strom.config import (
+    BROKER_DEFS,
     TOPIC_DEFS,
     BrokerConfig,
     ConfigError,
@@ -41,6 +42,7 @@ log = logging.getLogger("strom.configs")
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32  # KIP-848's GROUP config resource (share groups' configs)
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -111,8 +113,12 @@ class ConfigAdmin:
             return dict(info.configs)
         if resource_type == BROKER:
             return self._metadata.broker_configs(self.broker_level(resource_name))
+        if resource_type == GROUP:
+            if not resource_name:
+                raise ConfigChangeError(E.invalid_request, "A group resource needs a group id")
+            return self._metadata.group_configs(resource_name)
         raise ConfigChangeError(E.invalid_request, f"Unsupported resource type {resource_type}: only topics "
-                                                 "(2) and brokers (4) have configs that can be altered")
+                                                 "(2), brokers (4) and groups (32) have configs that can be altered")
 
     # ---- incremental operations ------------------------------------------------------------------
 
@@ -149,12 +155,12 @@ class ConfigAdmin:
         return configs
 
     def _config_type(self, resource_type: int, name: str) -> ConfigType:
-        from strom.config import BROKER_DEFS
+        from strom.config.group import GROUP_DEFS
 
-        defs = TOPIC_DEFS if resource_type == TOPIC else BROKER_DEFS
+        defs = TOPIC_DEFS if resource_type == TOPIC else GROUP_DEFS if resource_type == GROUP else BROKER_DEFS
         d = defs.get(name)
         if d is None:
-            kind = "topic" if resource_type == TOPIC else "broker"
+            kind = "topic" if resource_type == TOPIC else "group" if resource_type == GROUP else "broker"
             raise ConfigChangeError(E.invalid_config, f"Unknown {kind} config name: {name}")
         return d.type
 
@@ -177,8 +183,13 @@ class ConfigAdmin:
             if resource_type == TOPIC:
                 validate_topic_configs(configs, self._config.value)
                 return None
-            check_dynamic_names(configs)
+            if resource_type == GROUP:
+                from strom.config.group import validate_group_configs
+
+                validate_group_configs(configs, self._config.value)
+                return None
             level = self.broker_level(resource_name)
+            check_dynamic_names(configs, cluster_default=level == "")
             default = configs if level == "" else self._metadata.broker_configs("")
             mine = configs if level != "" else self._metadata.broker_configs(str(self._config.value.broker_id))
             return with_dynamic_configs(self._config.value, default, mine)
@@ -206,11 +217,19 @@ class ConfigAdmin:
             changed = {k: v for k, v in configs.items() if before.get(k) != v}
             for line in no_effect_warnings(changed, TOPIC_DEFS, f"topic {resource_name}"):
                 log.warning("%s", line)
+        elif resource_type == GROUP:
+            self._metadata.set_group_configs(resource_name, configs)  # read by the share partitions
+            log.info("group %s configs are now %s", resource_name, configs)
         else:
             assert new_broker_config is not None
+            before = self.current(BROKER, resource_name)
             self._metadata.set_broker_configs(self.broker_level(resource_name), configs)
             self.apply_broker_config(new_broker_config)
-            log.info("dynamic broker configs (%s) are now %s", resource_name or "cluster default", configs)
+            log.info("dynamic broker configs (%s) are now %s", resource_name or "cluster default",
+                     {k: None if BROKER_DEFS[k].sensitive else v for k, v in configs.items()})
+            changed = {k: v for k, v in configs.items() if before.get(k) != v}
+            for line in no_effect_warnings(changed, BROKER_DEFS, "broker"):
+                log.warning("%s", line)
 
     def apply_topic(self, name: str) -> None:
         info = self._metadata.get_topic(name)

@@ -171,6 +171,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
+        closed = getattr(self.broker, "connection_closed", None)  # the broker's share sessions end with it
+        if closed is not None:
+            closed(self.id)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -90,7 +90,11 @@ class CoordinatorHost:
     def ensure_topic(self, topic: str, partitions: int, replication_factor: int, configs: Mapping[str, str]) -> bool:
         # A single broker makes it with one replica whatever the setting says.
         rf = 1 if self._one_node else replication_factor
-        return self._ensure_internal(topic, partitions, rf, dict(configs))
+        configs = dict(configs)
+        if "min.insync.replicas" in configs:
+            # Never above the replicas it gets: a min.isr of 2 on one broker would refuse every write.
+            configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), rf))
+        return self._ensure_internal(topic, partitions, rf, configs)
 
     async def follow_leadership(self, topic: str, listener: LeadershipListener) -> None:
         replicas = self._replicas

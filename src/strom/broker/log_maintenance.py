@@ -37,8 +37,12 @@ class LogMaintenance:
     ``spawn`` runs the broker's background tasks (cancelled when it stops)."""
 
     def __init__(self, config: LiveConfig, log_manager: LogManager,
-                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]]) -> None:
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task[Any]],
+                 on_log_start_moved: Callable[[str, int], None] | None = None) -> None:
+        """``on_log_start_moved`` is told of each partition whose log start offset retention moved
+        (fetch sessions tell it)."""
         self._config = config
+        self._on_log_start_moved = on_log_start_moved
         self._log_manager = log_manager
         self._spawn = spawn
         self.cleaner: LogCleaner | None = None
@@ -166,6 +170,8 @@ class LogMaintenance:
                 deleted += n
                 log.info("retention: deleted %d segment(s) of %s-%d, log start offset %d -> %d", n, plog.topic,
                          plog.partition, before, plog.log_start_offset)
+                if self._on_log_start_moved is not None:
+                    self._on_log_start_moved(plog.topic, plog.partition)
         self.retention_passes += 1
         if deleted:
             await loop.run_in_executor(None, lm.checkpoint)

@@ -16,19 +16,22 @@ from strom.broker.config_admin import ConfigAdmin, load_persisted
 from strom.broker.connection import KafkaConnection
 from strom.broker.connection_quotas import ConnectionQuotas
 from strom.broker.coordinator_host import CoordinatorHost
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.quota_manager import QuotaManager
+from strom.broker.share_host import BrokerShareHost, LocalPersister
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import TxnMarkers
 from strom.clock import now_ms
 from strom.cluster.metadata import BrokerInfo, LocalMetadataStore, MetadataStore
 from strom.cluster.one_node import OneNodeStates
 from strom.config import LiveConfig, log_config_for
-from strom.coordinator.config import GroupRuntimeConfig, TxnRuntimeConfig
+from strom.coordinator.config import GroupRuntimeConfig, TxnRuntimeConfig, share_runtime_topic
 from strom.coordinator.consumer_group import TopicImage
 from strom.coordinator.group_runtime import GroupCoordinatorRuntime
+from strom.coordinator.share_runtime import ShareCoordinatorRuntime, ShareRuntimeConfig
 from strom.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from strom.replication.purgatory import Purgatory
 from strom.replication.replica_manager import ReplicaManager, ReplicaStates
@@ -38,6 +41,7 @@ from strom.security.client import inter_broker as inter_broker_client
 from strom.security.credentials import CredentialStore, FileCredentialStore
 from strom.security.quota_store import LocalQuotaStore, QuotaStore, ZkQuotaStore
 from strom.security.scram import ScramCredential
+from strom.share.manager import SharePartitionManager, ShareSettings
 from strom.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -60,6 +64,10 @@ class Broker:
         self.inter_broker_security = inter_broker_client(config)  # how replica fetchers connect
         self.handlers: dict[int, ApiHandler] = discover()
         self.purgatory = Purgatory()
+        # Fetch sessions (KIP-227): marked through the purgatory's notifications.
+        self.fetch_sessions = FetchSessionCache(
+            lambda: self.live_config.value.max_incremental_fetch_session_cache_slots, now_ms)
+        self.purgatory.listeners.append(self.fetch_sessions.on_change)
         self.connections: set[KafkaConnection] = set()
         # max.connections, per listener and per address (a name in the overrides that does not
         # resolve stops the broker here, naming the key).
@@ -91,7 +99,8 @@ class Broker:
         self.live_config.subscribe(self._new_log_defaults)
         self.topics = TopicManager(self.live_config, self.metadata, self.log_manager, zk, self.spawn)
         # Retention and the log cleaner.
-        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn)
+        self.maintenance = LogMaintenance(self.live_config, self.log_manager, self.spawn,
+                                          lambda topic, p: self.purgatory.notify((topic, p)))
         self.config_admin = ConfigAdmin(self.live_config, self.metadata, self.log_manager, self.topics.log_config,
                                         self.maintenance.config_changed)
         # ACLs and client quotas are kept in files on one broker, in ZooKeeper in a cluster.
@@ -114,11 +123,17 @@ class Broker:
                                        self.config_admin.apply_broker_config, self.topics.log_config, self.spawn)
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
+        # Share groups' data side (KIP-932): made at start, once the share coordinator has loaded.
+        self.share_coordinator: ShareCoordinatorRuntime | None = None
+        self.share_manager: SharePartitionManager | None = None
         self.serving = asyncio.Event()  # set once start() is done: logs loaded, listeners accepting
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
         self.advertised: dict[str, BrokerInfo] = {}  # listener name -> how clients on it reach this broker
         self.services: list[Any] = []  # start()/stop() with the broker, first and last (strom.admin's HTTP server)
+        # The schema registry's URLs once its listeners are bound (strom.admin.registry), published in
+        # the broker's registration so that other brokers can forward registry writes here.
+        self.schema_registry_urls: list[str] = []
 
     @property
     def config(self) -> BrokerConfig:
@@ -212,6 +227,8 @@ class Broker:
                                                              self.txn_markers.write_markers,
                                                              self.metadata.allocate_producer_id)
         await self.txn_coordinator.start()  # replays __transaction_state, resumes unfinished commits
+        share_coordinator = self._start_share_groups(host)
+        await share_coordinator.start()  # replays __share_group_state before serving
         await self.maintenance.start()  # after the replay, which reads logs from threads
         for acceptor in self._acceptors:
             acceptor.start()
@@ -219,7 +236,7 @@ class Broker:
                            for name, host, port in self._bound_endpoints()}
         self.node = next(iter(self.advertised.values()))
         if self.cluster is not None:
-            await self.cluster.register(self._bound_endpoints())  # joins: the controller sees it now
+            await self.cluster.register(self._bound_endpoints(), self.schema_registry_urls)  # joins: the controller sees it now
         self.spawn(self._flush_loop())
         self.spawn(self._checkpoint_loop())
         self.serving.set()
@@ -227,6 +244,30 @@ class Broker:
         log.info("strom broker %d ready: listening on %s (port %s), log.dirs=%s",
                  self.config.broker_id, ",".join(self._describe(lst) for lst in self.config.listeners),
                  ports, ",".join(str(d) for d in self.config.log_dirs))
+
+    def _start_share_groups(self, host: CoordinatorHost) -> ShareCoordinatorRuntime:
+        """The share coordinator (share partitions' state in __share_group_state) and the share
+        partition manager of the partitions this broker leads; members that leave or expire give
+        back what they hold."""
+        config = self.config
+        self.share_coordinator = ShareCoordinatorRuntime(host, ShareRuntimeConfig(
+            share_runtime_topic(config), config.share_coordinator_snapshot_update_records_per_snapshot,
+            config.share_coordinator_write_timeout_ms))
+        self.share_manager = SharePartitionManager(
+            BrokerShareHost(self.replica_manager, self.metadata, self.purgatory, self.spawn),
+            LocalPersister(self.share_coordinator),
+            ShareSettings(config.group_share_record_lock_duration_ms, config.group_share_min_record_lock_duration_ms,
+                          config.group_share_max_record_lock_duration_ms, config.group_share_delivery_count_limit,
+                          config.group_share_partition_max_record_locks, config.group_share_max_share_sessions,
+                          config.fetch_max_bytes),
+            self.metadata.group_configs, now_ms)
+        self.group_coordinator.share_member_removed.append(self.share_manager.release_member)
+        return self.share_coordinator
+
+    def connection_closed(self, connection_id: int) -> None:
+        """A client connection is gone: its share sessions close and release what they hold."""
+        if self.share_manager is not None:
+            self.share_manager.connection_closed(connection_id)
 
     def _describe(self, listener: Any) -> str:
         protocol = self.security[listener.name].protocol
@@ -306,6 +347,10 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.close()
         await self.txn_coordinator.stop()
+        if self.share_manager is not None:
+            self.share_manager.stop()
+        if self.share_coordinator is not None:
+            await self.share_coordinator.stop()
         await self.group_coordinator.stop()
         await self.maintenance.stop()
         for task in list(self._background):

@@ -1,4 +1,5 @@
-"""`strom groups`: list, describe (with lag), reset offsets of, and delete consumer groups.
+"""`strom groups`: list, describe (with lag), reset offsets of, delete offsets of, and delete consumer
+groups and share groups (KIP-932; their requests are in cli/share_groups.py).
 
 Built on confluent-kafka's AdminClient, so it works against any Kafka-compatible broker, the way
 kafka-consumer-groups.sh does. The AdminClient tells a group's type (classic or consumer, KIP-848)
@@ -26,6 +27,14 @@ from strom.cli.common import (
     client_options,
     connection_options,
     raw_security,
+)
+from strom.cli.share_groups import (
+    ShareGroupDetail,
+    alter_share_offsets,
+    delete_share_offsets,
+    describe_share_group,
+    list_share_groups,
+    share_offsets,
 )
 from strom.client.raw_connection import RawConnection
 
@@ -67,20 +76,24 @@ def _type_name(group_type: Any) -> str:
 @click.group("groups", cls=StromGroup, no_args_is_help=True)
 @connection_options
 def groups() -> None:
-    """Consumer groups: list, describe, reset-offsets, delete."""
+    """Consumer and share groups: list, describe, reset-offsets, delete-offsets, delete."""
 
 
 @groups.command("list")
 @client_options
 def list_groups(client: ClientOptions) -> None:
-    """List the consumer groups with their states and types (classic or consumer)."""
+    """List the groups with their states and types (classic, consumer or share)."""
     admin = admin_client(client)  # held until the answer: a collected client cancels its requests
     result = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S), "list groups")
     if result.errors:
         raise _fail(f"list groups: {_describe_error(result.errors[0])}")
+    shares = list_share_groups(client)
+    rows = {g.group_id: (_state_name(g.state).title().replace("_", ""), _type_name(g.type))
+            for g in result.valid if g.group_id not in shares}
+    rows.update({g: (state, "share") for g, state in shares.items()})
     table = Table("GROUP", "STATE", "TYPE")
-    for g in sorted(result.valid, key=lambda g: g.group_id):
-        table.add_row(g.group_id, _state_name(g.state).title().replace("_", ""), _type_name(g.type))
+    for group_id in sorted(rows):
+        table.add_row(group_id, *rows[group_id])
     Console().print(table)
 
 
@@ -200,6 +213,10 @@ def describe(group: str, client: ClientOptions) -> None:
     group (KIP-848) also its epochs and each member's epoch, subscription and target assignment."""
     from confluent_kafka.admin import OffsetSpec
 
+    share = describe_share_group(client, group)
+    if share is not None:
+        _describe_share_group(share, client)
+        return
     admin = admin_client(client)
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
     state = _state_name(desc.state)
@@ -245,6 +262,26 @@ def describe(group: str, client: ClientOptions) -> None:
         for m in desc.members:
             if not m.assignment.topic_partitions:
                 console.print(f"member {m.member_id} ({m.client_id}, {m.host}) has no partitions")
+
+
+def _describe_share_group(detail: ShareGroupDetail, client: ClientOptions) -> None:
+    """A share group: its members (every one is given every partition of its topics) and, per share
+    partition, the start offset (everything before it is done) and the lag (records not yet
+    acknowledged: the high watermark - the start offset - those after the start already done)."""
+    console = Console()
+    console.print(f"Group [bold]{detail.group_id}[/bold]  type share  state {detail.state}  assignor simple  "
+                  f"members {len(detail.members)}  group epoch {detail.group_epoch}  "
+                  f"target assignment epoch {detail.assignment_epoch}", highlight=False)
+    if detail.members:
+        members = Table("MEMBER-ID", "CLIENT-ID", "HOST", "EPOCH", "SUBSCRIPTION", "ASSIGNMENT")
+        for m in sorted(detail.members, key=lambda m: (m.client_id, m.member_id)):
+            members.add_row(m.member_id, m.client_id, m.host, str(m.member_epoch), ", ".join(m.subscribed) or "-",
+                            "; ".join(f"{t} {','.join(map(str, ps))}" for t, ps in sorted(m.assignment.items())) or "-")
+        console.print(members)
+    table = Table("TOPIC", "PARTITION", "START-OFFSET", "LAG")
+    for r in share_offsets(client, detail):
+        table.add_row(r.topic, str(r.partition), _fmt(r.start_offset), _fmt(r.lag))
+    console.print(table)
 
 
 def _fmt(value: int | None) -> str:
@@ -297,7 +334,8 @@ def _parse_datetime(text: str) -> int:
 @client_options
 def reset_offsets(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool, to_offset: int | None,
                   to_datetime: str | None, shift_by: int | None, dry_run: bool, client: ClientOptions) -> None:
-    """Set a group's committed offsets; refused while the group has active members."""
+    """Set a group's committed offsets (a share group's share-partition start offsets); refused while
+    the group has active members."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
@@ -307,15 +345,29 @@ def reset_offsets(group: str, topics: tuple[str, ...], to_earliest: bool, to_lat
     if len(chosen) != 1:
         raise _fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by")
     admin = admin_client(client)
-    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
-    state = _state_name(desc.state)
-    if state not in INACTIVE_STATES:
-        raise _fail(f"group '{group}' is active ({state.title().replace('_', '')}, {len(desc.members)} members): "
-                    "stop its consumers before resetting offsets")
+    share = describe_share_group(client, group)
+    if share is not None:
+        if share.members:
+            raise _fail(f"share group '{group}' is active ({share.state}, {len(share.members)} members): "
+                        "stop its consumers before resetting offsets")
+    else:
+        desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group],
+                       f"describe {group}")
+        state = _state_name(desc.state)
+        if state not in INACTIVE_STATES:
+            raise _fail(f"group '{group}' is active ({state.title().replace('_', '')}, {len(desc.members)} "
+                        "members): stop its consumers before resetting offsets")
     tps = _parse_topics(topics, admin)
     earliest = _list_offsets(admin, tps, OffsetSpec.earliest())
     latest = _list_offsets(admin, tps, OffsetSpec.latest())
-    current = _committed_offsets(admin, group, [TopicPartition(t, p) for t, p in tps])
+    if share is not None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        current = {(r.topic, r.partition): r.start_offset for r in share_offsets(client, share, by_topic)
+                   if r.start_offset is not None}
+    else:
+        current = _committed_offsets(admin, group, [TopicPartition(t, p) for t, p in tps])
 
     target: dict[tuple[str, int], int] = {}
     if to_earliest:
@@ -343,6 +395,10 @@ def reset_offsets(group: str, topics: tuple[str, ...], to_earliest: bool, to_lat
     if dry_run:
         console.print("dry run: nothing committed")
         return
+    if share is not None:
+        alter_share_offsets(client, share, target)
+        console.print(f"set the start offsets of {len(target)} share partitions of share group {group}")
+        return
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in sorted(target.items())])
     res = _result(admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[group],
                   f"reset offsets of {group}")
@@ -350,6 +406,60 @@ def reset_offsets(group: str, topics: tuple[str, ...], to_earliest: bool, to_lat
     if failed:
         raise _fail(f"reset failed for {failed[0].topic}-{failed[0].partition}: {failed[0].error.str()}")
     console.print(f"committed new offsets for {len(target)} partitions of group {group}")
+
+
+@groups.command("delete-offsets")
+@click.argument("group")
+@click.option("--topic", "topics", multiple=True, required=True,
+              help="Topic (repeatable); for a consumer group also topic:p1,p2.")
+@client_options
+def delete_offsets(group: str, topics: tuple[str, ...], client: ClientOptions) -> None:
+    """Delete a group's offsets for the given topics: a share group's share-partition state (it must have
+    no members; its next consumers start where share.auto.offset.reset says), or a consumer group's
+    committed offsets of partitions it does not consume."""
+    share = describe_share_group(client, group)
+    if share is not None:
+        if any(":" in t for t in topics):
+            raise _fail("a share group's offsets are deleted for whole topics: give --topic NAME")
+        delete_share_offsets(client, share, list(dict.fromkeys(topics)))
+        click.echo(f"deleted the offsets of share group {group} for {', '.join(dict.fromkeys(topics))}")
+        return
+    admin = admin_client(client)
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group], f"describe {group}")
+    if _state_name(desc.state) == "DEAD":
+        raise _fail(f"group '{group}' does not exist")
+    tps = _parse_topics(topics, admin)
+    _offset_delete(desc, group, tps, client)
+    click.echo(f"deleted the committed offsets of group {group} for {len(tps)} partitions")
+
+
+def _offset_delete(desc: Any, group: str, tps: list[tuple[str, int]], client: ClientOptions) -> None:
+    """OffsetDelete (47) at the coordinator the AdminClient found (the AdminClient has no call for it)."""
+    from kio.schema.offset_delete.v0 import request as req
+    from kio.schema.types import GroupId, TopicName
+    from kio.static.primitive import i32
+
+    from strom.cli.share_groups import error_name
+
+    by_topic: dict[str, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(p)
+    node = desc.coordinator
+    try:
+        with RawConnection(node.host, node.port, client.connect_timeout, raw_security(client)) as conn:
+            r = conn.request(47, 0, req.OffsetDeleteRequest(group_id=GroupId(group), topics=tuple(
+                req.OffsetDeleteRequestTopic(name=TopicName(t), partitions=tuple(
+                    req.OffsetDeleteRequestPartition(partition_index=i32(p)) for p in ps))
+                for t, ps in by_topic.items())))
+    except OSError as e:
+        raise _fail(f"delete offsets of {group}: coordinator {node.host}:{node.port}: {e}") from None
+    if int(r.error_code):
+        raise _fail(f"delete offsets of {group}: {error_name(int(r.error_code))}")
+    for t in r.topics:
+        for p in t.partitions:
+            if int(p.error_code):
+                raise _fail(f"delete offsets of {group} on {t.name}-{p.partition_index}: "
+                            f"{error_name(int(p.error_code))}")
 
 
 @groups.command("delete")

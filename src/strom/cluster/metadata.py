@@ -92,6 +92,8 @@ class MetadataStore(Protocol):
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def broker_configs(self, resource_name: str) -> dict[str, str]: ...
     def set_broker_configs(self, resource_name: str, configs: dict[str, str]) -> None: ...
+    def group_configs(self, group_id: str) -> dict[str, str]: ...
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
     def allocate_producer_id(self) -> int: ...
 
 
@@ -121,6 +123,7 @@ class LocalMetadataStore(TopicLookups):
         self._next_producer_id = 0
         # Dynamic broker configs by resource name: "" = cluster-wide defaults, "<broker.id>" = one broker.
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}  # GROUP resources' configs (share groups)
         self.cluster_id = ""
         # Told of every topic change, as the ZooKeeper store tells its listeners: the replica
         # manager of a one-node cluster follows the topics through them (cluster.one_node).
@@ -137,6 +140,7 @@ class LocalMetadataStore(TopicLookups):
         self.cluster_id = doc["cluster_id"]
         self._next_producer_id = int(doc.get("next_producer_id", 0))
         self._broker_configs = {str(k): dict(v) for k, v in doc.get("broker_configs", {}).items()}
+        self._group_configs = {str(k): dict(v) for k, v in doc.get("group_configs", {}).items()}
         for t in doc.get("topics", []):
             info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), int(t["partitions"]), dict(t.get("configs", {})),
                              bool(t.get("internal", False)))
@@ -154,6 +158,7 @@ class LocalMetadataStore(TopicLookups):
                 for t in self._topics.values()
             ],
             "broker_configs": self._broker_configs,
+            "group_configs": self._group_configs,
         }
         write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
@@ -195,6 +200,17 @@ class LocalMetadataStore(TopicLookups):
             self._broker_configs[resource_name] = dict(configs)
         else:
             self._broker_configs.pop(resource_name, None)
+        self._save()
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """The configs set on a GROUP resource (share.auto.offset.reset, ...)."""
+        return dict(self._group_configs.get(group_id, {}))
+
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._group_configs[group_id] = dict(configs)
+        else:
+            self._group_configs.pop(group_id, None)
         self._save()
 
     def allocate_producer_id(self) -> int:

@@ -6,7 +6,8 @@ to anyone who knows Kafka's:
   /cluster/id                                       {"version":"1","id":<cluster id>}
   /controller                        (ephemeral)    {"version":1,"brokerid":N,"timestamp":"..."}
   /controller_epoch                                 "<epoch>"
-  /brokers/ids/<id>                  (ephemeral)    endpoints, rack, listener protocol map
+  /brokers/ids/<id>                  (ephemeral)    endpoints, rack, listener protocol map (and strom's
+                                                    schema_registry_endpoints)
   /brokers/topics/<topic>                           {"version":3,"topic_id":..,"partitions":{"0":[1,2]},..}
   /brokers/topics/<topic>/partitions/<p>/state      {"controller_epoch":..,"leader":..,"leader_epoch":..,"isr":[..]}
   /config/topics/<topic>, /config/brokers/<id>|<default>   {"version":1,"config":{..}}
@@ -72,6 +73,11 @@ def state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def group_config_path(group_id: str) -> str:
+    """A GROUP resource's configs (share groups' share.auto.offset.reset, ...)."""
+    return f"/config/groups/{group_id}"
 
 
 def broker_config_path(resource_name: str) -> str:
@@ -153,6 +159,9 @@ class BrokerRegistration:
     endpoints: tuple[str, ...]  # NAME://host:port
     protocol_map: dict[str, str]
     epoch: int = -1  # the registration znode's czxid: a new value means the broker restarted
+    # The broker's schema registry listeners (http(s)://host:port), strom's own field: where another
+    # broker forwards a registry write when this one leads _schemas (Kafka's readers ignore it).
+    schema_registry: tuple[str, ...] = ()
 
     def endpoint(self, listener: str) -> tuple[str, int] | None:
         for ep in self.endpoints:
@@ -179,6 +188,7 @@ def encode_broker(reg: BrokerRegistration) -> bytes:
         "port": reg.port,
         "timestamp": now_text(),
         "version": 5,
+        **({"schema_registry_endpoints": list(reg.schema_registry)} if reg.schema_registry else {}),
     })
 
 
@@ -186,7 +196,7 @@ def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerRegistr
     doc = _load(data)
     return BrokerRegistration(broker_id, doc.get("host") or "", int(doc.get("port", -1)), doc.get("rack"),
                               tuple(doc.get("endpoints", ())), dict(doc.get("listener_security_protocol_map", {})),
-                              epoch)
+                              epoch, tuple(doc.get("schema_registry_endpoints", ())))
 
 
 # ---- /brokers/topics/<topic> ---------------------------------------------------------------

@@ -46,7 +46,7 @@ from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAss
 log = logging.getLogger("strom.cluster")
 
 T = TypeVar("T")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 @contextlib.contextmanager
@@ -85,6 +85,7 @@ class ZkMetadataStore(TopicLookups):
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
         self.controller_id = -1
         self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
         self._topics: dict[str, TopicInfo] = {}
@@ -465,6 +466,29 @@ class ZkMetadataStore(TopicLookups):
             self._broker_configs[resource_name] = dict(configs)
         else:
             self._broker_configs.pop(resource_name, None)
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """A GROUP resource's configs, at /config/groups/<group> (read once, then kept)."""
+        cached = self._group_configs.get(group_id)
+        if cached is None:
+            self._require_connection()
+            try:
+                data, _stat = self.zk.get(zl.group_config_path(group_id))
+                cached = zl.decode_config(data)
+            except NoNodeError:
+                cached = {}
+            self._group_configs[group_id] = cached
+        return dict(cached)
+
+    def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        self._require_connection()
+        path = zl.group_config_path(group_id)
+        data = zl.encode_config(dict(configs))
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+        self._group_configs[group_id] = dict(configs)
 
     def allocate_producer_id(self) -> int:
         """Producer ids come in blocks of 1000 taken from /latest_producer_id_block by

@@ -57,6 +57,7 @@ class ConfigSource(enum.StrEnum):
     STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
     DEFAULT_CONFIG = "DEFAULT_CONFIG"
     DYNAMIC_BROKER_LOGGER_CONFIG = "DYNAMIC_BROKER_LOGGER_CONFIG"
+    GROUP_CONFIG = "GROUP_CONFIG"  # set on a GROUP resource (share groups)
 
     @property
     def id(self) -> int:
@@ -72,6 +73,7 @@ _SOURCE_IDS = {
     ConfigSource.STATIC_BROKER_CONFIG: 4,
     ConfigSource.DEFAULT_CONFIG: 5,
     ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG: 6,
+    ConfigSource.GROUP_CONFIG: 8,  # Kafka 4's ConfigSource.GROUP_CONFIG
 }
 
 
@@ -189,6 +191,7 @@ class ListOf:
 
     choices: tuple[str, ...]
     allow_empty: bool = False
+    note: str = ""  # said after a refused item, e.g. why the others are not offered
 
     def __call__(self, value: Value) -> str | None:
         if not isinstance(value, list):
@@ -197,7 +200,8 @@ class ListOf:
             return f"must be one or more of {', '.join(self.choices)}"
         for item in value:
             if item not in self.choices:
-                return f"value '{item}' must be one of {', '.join(self.choices)}"
+                note = f" ({self.note})" if self.note else ""
+                return f"value '{item}' must be one of {', '.join(self.choices)}{note}"
         return None
 
     def describe(self) -> str:

@@ -29,6 +29,7 @@ from .definitions import (
     BROKER_CONFIGS,
     BROKER_DEFS,
     DYNAMIC_BROKER_CONFIGS,
+    KAFKA_ONLY_REFUSALS,
     KNOWN_PREFIXES,
     SECURITY_PROTOCOLS,
 )
@@ -226,6 +227,7 @@ class BrokerConfig:
     max_connections_per_ip_overrides: dict[str, int]  # host or address, as written -> its limit
     connection_failed_authentication_delay_ms: int
     fetch_max_bytes: int
+    max_incremental_fetch_session_cache_slots: int
     # groups and offsets
     group_initial_rebalance_delay_ms: int
     group_min_session_timeout_ms: int
@@ -241,6 +243,25 @@ class BrokerConfig:
     group_consumer_assignors: list[str]
     group_coordinator_rebalance_protocols: list[str]
     group_consumer_migration_policy: str
+    group_share_session_timeout_ms: int
+    group_share_min_session_timeout_ms: int
+    group_share_max_session_timeout_ms: int
+    group_share_heartbeat_interval_ms: int
+    group_share_min_heartbeat_interval_ms: int
+    group_share_max_heartbeat_interval_ms: int
+    group_share_max_size: int
+    group_share_record_lock_duration_ms: int
+    group_share_min_record_lock_duration_ms: int
+    group_share_max_record_lock_duration_ms: int
+    group_share_delivery_count_limit: int
+    group_share_partition_max_record_locks: int
+    group_share_max_share_sessions: int
+    share_coordinator_state_topic_num_partitions: int
+    share_coordinator_state_topic_replication_factor: int
+    share_coordinator_state_topic_min_isr: int
+    share_coordinator_state_topic_segment_bytes: int
+    share_coordinator_snapshot_update_records_per_snapshot: int
+    share_coordinator_write_timeout_ms: int
     offsets_topic_num_partitions: int
     offsets_topic_replication_factor: int
     offsets_topic_segment_bytes: int
@@ -343,9 +364,13 @@ class BrokerConfig:
             if key not in BROKER_DEFS and not key.startswith(KNOWN_PREFIXES):
                 log.warning("The configuration '%s' was supplied but isn't a known config.", key)
         values: dict[str, Value] = {}
-        for d in BROKER_CONFIGS:
+        for d in BROKER_DEFS.values():
             text = raw.get(d.name, d.default)
             values[d.name] = None if text is None else d.parse(text)
+        for name, why in KAFKA_ONLY_REFUSALS.items():
+            # A Kafka key strom has no feature for: only Kafka's default, which asks nothing of it.
+            if name in raw and values[name] != BROKER_DEFS[name].parsed_default():
+                raise ConfigError(name, f"value {raw[name].strip()!r} cannot be honoured: {why}")
         kwargs: dict[str, Any] = _derive(values, raw)
         for f in fields(cls):
             if f.name not in _DERIVED:
@@ -406,14 +431,14 @@ class BrokerConfig:
         return out
 
     def describe(self) -> list[ConfigEntry]:
-        """Every broker property, for DescribeConfigs on a BROKER resource.
+        """Every broker property (strom's, then Kafka's others), for DescribeConfigs on a BROKER resource.
 
         Sources follow Kafka: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
         STATIC_BROKER_CONFIG, DEFAULT_CONFIG. Only DYNAMIC_BROKER_CONFIGS are writable; sensitive
         values are reported as null, as Kafka does.
         """
         out = []
-        for d in BROKER_CONFIGS:
+        for d in BROKER_DEFS.values():
             value = format_value(self._values[d.name])
             out.append(
                 ConfigEntry(
@@ -597,9 +622,19 @@ def _derive(values: dict[str, Value], raw: Mapping[str, str]) -> dict[str, Any]:
 
 def _check_consumer_group_settings(values: Mapping[str, Value]) -> None:
     """Kafka's GroupCoordinatorConfig checks: each of the session timeout and the heartbeat
-    interval within its min and max, and the heartbeat interval below the session timeout."""
-    g = "group.consumer."
-    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+    interval within its min and max, and the heartbeat interval below the session timeout (for
+    consumer and share groups), and the share record lock duration within its bounds."""
+    _check_group_timeouts(values, "group.share.", ("session.timeout.ms", "heartbeat.interval.ms",
+                                                   "record.lock.duration.ms"))
+    _check_group_timeouts(values, "group.consumer.", ("session.timeout.ms", "heartbeat.interval.ms"))
+    protocols = values["group.coordinator.rebalance.protocols"]
+    if not isinstance(protocols, list) or "classic" not in protocols:
+        # Kafka: "Disabling the 'classic' protocol is not supported."
+        raise ConfigError("group.coordinator.rebalance.protocols", "must contain classic (it cannot be disabled)")
+
+
+def _check_group_timeouts(values: Mapping[str, Value], g: str, settings: tuple[str, ...]) -> None:
+    for what in settings:
         value, lo, hi = (_int(values, g + w) for w in (what, "min." + what, "max." + what))
         if hi < lo:
             raise ConfigError(g + "max." + what, f"value {hi} must be at least {g}min.{what} ({lo})")
@@ -611,10 +646,6 @@ def _check_consumer_group_settings(values: Mapping[str, Value]) -> None:
     if heartbeat >= session:
         raise ConfigError(g + "heartbeat.interval.ms",
                           f"value {heartbeat} must be less than {g}session.timeout.ms ({session})")
-    protocols = values["group.coordinator.rebalance.protocols"]
-    if not isinstance(protocols, list) or "classic" not in protocols:
-        # Kafka: "Disabling the 'classic' protocol is not supported."
-        raise ConfigError("group.coordinator.rebalance.protocols", "must contain classic (it cannot be disabled)")
 
 
 # Kafka's Utils.validHostPattern: the characters a host name or address may have.

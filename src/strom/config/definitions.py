@@ -19,6 +19,7 @@ from ._defs import (
     between,
     index,
 )
+from .kafka_only import kafka_only_configs
 
 BOOL, STR, INT, SHORT, LONG, DBL, LIST, PWD = (
     ConfigType.BOOLEAN,
@@ -215,6 +216,10 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("fetch.max.bytes", INT, "57671680",
               "Cap on one fetch response (with the request's max_bytes); the first batch of the first "
               "partition with data goes out whole however large (KIP-74).", MEDIUM, at_least(1024)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", INT, "1000",
+              "Fetch sessions (KIP-227) the broker keeps: incremental fetches list only the partitions "
+              "that changed, and are answered with only those that have something to say; 0 turns "
+              "sessions off.", MEDIUM, at_least(0)),
     ConfigDef("queued.max.requests", INT, "500", "Requests queued before the network threads block.", HIGH,
               at_least(1), ignored=True),
     ConfigDef("queued.max.request.bytes", LONG, "-1", "Bytes of queued requests before reading stops.", MEDIUM,
@@ -265,6 +270,58 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
               "Server-side assignors of consumer-protocol groups, by name (or Kafka's class name); the "
               "first is used when the members ask for none (group.remote.assignor).", MEDIUM,
               ListOf(CONSUMER_GROUP_ASSIGNORS)),
+    # --- share groups (KIP-932) ---
+    ConfigDef("group.share.session.timeout.ms", INT, "45000",
+              "Session timeout of a share group member: silent this long, it is removed and its acquired "
+              "records become available again. Within group.share.min/max.session.timeout.ms.", MEDIUM,
+              at_least(1)),
+    ConfigDef("group.share.min.session.timeout.ms", INT, "45000",
+              "Smallest allowed group.share.session.timeout.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.share.max.session.timeout.ms", INT, "60000",
+              "Largest allowed group.share.session.timeout.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.share.heartbeat.interval.ms", INT, "5000",
+              "How often a share group member heartbeats; less than group.share.session.timeout.ms.", MEDIUM,
+              at_least(1)),
+    ConfigDef("group.share.min.heartbeat.interval.ms", INT, "5000",
+              "Smallest allowed group.share.heartbeat.interval.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.share.max.heartbeat.interval.ms", INT, "15000",
+              "Largest allowed group.share.heartbeat.interval.ms.", MEDIUM, at_least(1)),
+    ConfigDef("group.share.max.size", INT, "200", "Most members in one share group (GROUP_MAX_SIZE_REACHED "
+              "beyond).", MEDIUM, between(1, 1000)),
+    ConfigDef("group.share.record.lock.duration.ms", INT, "30000",
+              "How long a share group member holds the records it acquired before they are offered again. "
+              "Within group.share.min/max.record.lock.duration.ms; a group may set its own "
+              "(share.record.lock.duration.ms).", MEDIUM, between(1000, 3600000)),
+    ConfigDef("group.share.min.record.lock.duration.ms", INT, "15000",
+              "Smallest allowed record lock duration.", MEDIUM, between(1000, 30000)),
+    ConfigDef("group.share.max.record.lock.duration.ms", INT, "60000",
+              "Largest allowed record lock duration.", MEDIUM, between(30000, 3600000)),
+    ConfigDef("group.share.delivery.count.limit", INT, "5",
+              "A record delivered this many times is archived when it is released again, never "
+              "delivered once more.", MEDIUM, between(2, 10)),
+    ConfigDef("group.share.partition.max.record.locks", INT, "2000",
+              "Most records of one share partition in flight between its start offset and its end.", MEDIUM,
+              between(100, 10000)),
+    ConfigDef("group.share.max.share.sessions", INT, "2000",
+              "Most share sessions this broker keeps (SHARE_SESSION_LIMIT_REACHED beyond).", MEDIUM,
+              at_least(1)),
+    ConfigDef("share.coordinator.state.topic.num.partitions", INT, "1",
+              "Partitions of __share_group_state (fixed once the topic exists).", HIGH, at_least(1),
+              kafka_default="50"),
+    ConfigDef("share.coordinator.state.topic.replication.factor", SHORT, "3",
+              "Replication factor of __share_group_state (at most the live brokers: 1 on a broker of its "
+              "own).", HIGH, at_least(1)),
+    ConfigDef("share.coordinator.state.topic.min.isr", SHORT, "2",
+              "min.insync.replicas of __share_group_state (at most its replication factor).", HIGH,
+              at_least(1)),
+    ConfigDef("share.coordinator.state.topic.segment.bytes", INT, "104857600",
+              "Segment size of __share_group_state.", HIGH, at_least(1)),
+    ConfigDef("share.coordinator.snapshot.update.records.per.snapshot", INT, "500",
+              "ShareUpdate records written for a share partition before its state is written whole again "
+              "(a ShareSnapshot).", MEDIUM, between(0, 500)),
+    ConfigDef("share.coordinator.write.timeout.ms", INT, "5000",
+              "How long a write of share state waits for the replicas of __share_group_state.", MEDIUM,
+              at_least(1)),
     ConfigDef("offsets.topic.num.partitions", INT, "1",
               "Partitions of __consumer_offsets (fixed once the topic exists).", HIGH, at_least(1),
               kafka_default="50"),
@@ -378,8 +435,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("allow.everyone.if.no.acl.found", BOOL, "false",
               "With an authorizer, allow access to resources that have no ACL.", LOW),
     # --- KRaft, accepted so KRaft server.properties files load ---
-    ConfigDef("process.roles", LIST, "", "KRaft roles (broker, controller); strom uses ZooKeeper mode.", HIGH,
-              ignored=True),
+    ConfigDef("process.roles", LIST, "",
+              "KRaft roles: empty or broker (strom is a broker; it cannot be a KRaft controller).", HIGH,
+              ListOf(("broker",), allow_empty=True, note="strom cannot be a KRaft controller")),
     ConfigDef("controller.quorum.voters", LIST, "", "KRaft controller quorum.", HIGH, ignored=True),
     ConfigDef("controller.listener.names", STR, None, "KRaft controller listener names.", HIGH, ignored=True),
 )
@@ -448,7 +506,12 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
 )
 # fmt: on
 
-BROKER_DEFS: dict[str, ConfigDef] = index(BROKER_CONFIGS)
+# Kafka's broker keys strom has no feature for (kafka_only.py): accepted, stored and described; at
+# Kafka's default only, unless inert (KAFKA_ONLY_REFUSALS says why another value is refused).
+KAFKA_ONLY_CONFIGS, KAFKA_ONLY_MODES, KAFKA_ONLY_REFUSALS = kafka_only_configs({d.name for d in BROKER_CONFIGS})
+
+# Every broker key: strom's, then Kafka's others.
+BROKER_DEFS: dict[str, ConfigDef] = index(BROKER_CONFIGS + KAFKA_ONLY_CONFIGS)
 TOPIC_DEFS: dict[str, ConfigDef] = index(TOPIC_CONFIGS)
 
 # Broker properties that AlterConfigs / IncrementalAlterConfigs may change at runtime (Kafka's
@@ -464,7 +527,11 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
         "log.cleaner.io.buffer.load.factor",
         "log.cleaner.io.max.bytes.per.second",
     }
+    # Kafka-only keys Kafka can change at runtime (values are held to the same rule as at start).
+    | {name for name, mode in KAFKA_ONLY_MODES.items() if mode != "read-only"}
 )
+# Of those, the ones Kafka lets only a broker's own level set (not the cluster-wide default, "").
+PER_BROKER_CONFIGS: frozenset[str] = frozenset(name for name, mode in KAFKA_ONLY_MODES.items() if mode == "per-broker")
 
 # Keys not in the table that are still expected in a server.properties: per-listener settings
 # (listener.name.<listener>.<config>) are read by the security layer from BrokerConfig.raw.

@@ -11,7 +11,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ._defs import ConfigDef
-from .definitions import BROKER_CONFIGS, TOPIC_CONFIGS
+from .definitions import (
+    BROKER_CONFIGS,
+    KAFKA_ONLY_CONFIGS,
+    KAFKA_ONLY_MODES,
+    KAFKA_ONLY_REFUSALS,
+    TOPIC_CONFIGS,
+)
+from .kafka_broker_keys import KAFKA_BROKER_KEYS
+from .kafka_only import STROM_VALUES, family_of
 
 
 def _cell(text: str) -> str:
@@ -63,6 +71,27 @@ def _ignored_row(d: ConfigDef) -> str:
     return row
 
 
+def _kafka_only_rows() -> list[str]:
+    rows = [
+        "| Key | Type | Kafka default | Valid values | Kafka can change it | strom takes |",
+        "|---|---|---|---|---|---|",
+    ]
+    keys = {k.name: k for k in KAFKA_BROKER_KEYS}
+    for d in KAFKA_ONLY_CONFIGS:
+        family = family_of(keys[d.name])
+        takes = "Kafka's default only" if d.name in KAFKA_ONLY_REFUSALS else \
+            f"any value, no effect ({family.feature if family else ''})"
+        kafka_default = _default(d)
+        if d.name in STROM_VALUES:
+            value, why = STROM_VALUES[d.name]
+            takes = f"{value} only ({why})"
+            kafka_default = f"`{keys[d.name].default}`"
+        mode = KAFKA_ONLY_MODES[d.name]
+        rows.append(f"| `{d.name}` | {d.type.name.lower()} | {kafka_default} | {_valid(d)} | "
+                    f"{'no' if mode == 'read-only' else mode} | {_cell(takes)} |")
+    return rows
+
+
 def render() -> dict[str, str]:
     """Section name -> generated markdown (without the marker lines)."""
     ignored = [d for d in BROKER_CONFIGS if d.ignored] + [d for d in TOPIC_CONFIGS if d.ignored]
@@ -70,6 +99,7 @@ def render() -> dict[str, str]:
         "broker-configs": "\n".join(_broker_rows(d for d in BROKER_CONFIGS if not d.ignored)),
         "topic-configs": "\n".join(_topic_rows(TOPIC_CONFIGS)),
         "ignored-configs": "\n".join(_ignored_row(d) for d in ignored),
+        "kafka-only-configs": "\n".join(_kafka_only_rows()),
     }
 
 

@@ -17,7 +17,8 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 # Kafka's Topic.INTERNAL_TOPICS: only the coordinators write them (and replay them at load), so a
 # client's Produce and DeleteRecords on them are refused with INVALID_TOPIC_EXCEPTION, as in Kafka.
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
+SHARE_GROUP_STATE_TOPIC_NAME = "__share_group_state"
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME, SHARE_GROUP_STATE_TOPIC_NAME})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,10 @@ class GroupConfig:
     # group.coordinator.rebalance.protocols: "consumer" absent, ConsumerGroupHeartbeat is not served.
     rebalance_protocols: frozenset[str] = frozenset({"classic", "consumer"})
     consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy (lower case)
+    # Share groups (KIP-932): what ShareGroup applies (ShareGroupSettings).
+    share_session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
+    share_heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+    share_max_size: int = 200  # group.share.max.size
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> GroupConfig:
@@ -57,6 +62,9 @@ class GroupConfig:
             consumer_assignors=tuple(dict.fromkeys(_assignor_name(a) for a in config.group_consumer_assignors)),
             rebalance_protocols=frozenset(config.group_coordinator_rebalance_protocols),
             consumer_migration_policy=config.group_consumer_migration_policy.lower(),
+            share_session_timeout_ms=config.group_share_session_timeout_ms,
+            share_heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+            share_max_size=config.group_share_max_size,
         )
 
 
@@ -120,3 +128,15 @@ class TxnRuntimeConfig:
             abort_timed_out_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             remove_expired_interval_ms=config.transaction_remove_expired_transaction_cleanup_interval_ms,
         )
+
+
+def share_runtime_topic(config: BrokerConfig) -> InternalTopic:
+    """__share_group_state as Kafka makes it (share.coordinator.state.topic.*): compacted, its
+    min.insync.replicas never above the replication factor it gets."""
+    return InternalTopic(
+        SHARE_GROUP_STATE_TOPIC_NAME,
+        config.share_coordinator_state_topic_num_partitions,
+        config.share_coordinator_state_topic_replication_factor,
+        {"cleanup.policy": "compact",
+         "min.insync.replicas": str(config.share_coordinator_state_topic_min_isr),
+         "segment.bytes": str(config.share_coordinator_state_topic_segment_bytes)})

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,6 +53,8 @@ from strom.coordinator.partition_writer import Batch, LogReader, PartitionWriter
 from strom.coordinator.placement import Placement, replay_partition, replication_error
 from strom.coordinator.result import CoordinatorResult, Record
 from strom.coordinator.shard import GroupCoordinatorShard
+from strom.coordinator.share_group import ShareHeartbeatError, ShareHeartbeatRequest, ShareHeartbeatResponse
+from strom.coordinator.share_groups import SHARE_MEMBER_TIMER, DescribedShareGroup
 from strom.protocol.errors import ErrorCode as E
 from strom.records import batch as rb
 from strom.records import codec
@@ -77,6 +80,9 @@ class GroupCoordinatorRuntime:
         self.loaded = False
         self._wakeup = asyncio.Event()
         self._ticker: asyncio.Task[Any] | None = None
+        # Told of each share group member that leaves or is expired (group id, member id): the share
+        # partitions release what it holds.
+        self.share_member_removed: list[Callable[[str, str], None]] = []
         # The __consumer_offsets partitions loaded here (-> leader epoch) and loading.
         self.placement = Placement(config.topic, writer, self._load_owned, self._owned_loaded, self._unload,
                                    self._load_all)
@@ -106,7 +112,7 @@ class GroupCoordinatorRuntime:
                 records += await self._load_partition(plog)
         self.shard.loaded(self.clock())
         log.info("group coordinator loaded %d groups from %d records of %s in %.0f ms",
-                 len(set(self.shard.groups) | set(self.shard.consumer_groups)), records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
+                 len(set(self.shard.groups) | set(self.shard.consumer_groups) | set(self.shard.share_groups)), records, GROUP_METADATA_TOPIC_NAME, (time.monotonic() - started) * 1000)
 
     # ------------------------------------------------------------------ leadership (cluster)
 
@@ -115,7 +121,7 @@ class GroupCoordinatorRuntime:
         groups it read are dropped (the load is retried)."""
         started = time.monotonic()
         plog = self.writer.local_log(GROUP_METADATA_TOPIC_NAME, partition)
-        before = set(self.shard.groups) | set(self.shard.consumer_groups)
+        before = set(self.shard.groups) | set(self.shard.consumer_groups) | set(self.shard.share_groups)
         try:
             records = await self._load_partition(plog) if plog is not None else 0
         except Exception:
@@ -123,6 +129,8 @@ class GroupCoordinatorRuntime:
                 self.shard.groups.pop(group_id, None)
             for group_id in set(self.shard.consumer_groups) - before:
                 self.shard.consumer_log.unload(group_id)
+            for group_id in set(self.shard.share_groups) - before:
+                self.shard.share.log.unload(group_id)
             self.shard.consumer_log.loaded()  # nothing of it stays half loaded
             raise
         return len((set(self.shard.groups) | set(self.shard.consumer_groups)) - before), records, started
@@ -150,6 +158,10 @@ class GroupCoordinatorRuntime:
             for member_id in self.shard.consumer_groups[group_id].members:
                 self.shard.timers.cancel((MEMBER_TIMER, group_id, member_id))
             self.shard.consumer_log.unload(group_id)  # the new coordinator reads it from the log
+        for group_id in [g for g in self.shard.share_groups if self.partition_for(g) == partition]:
+            for member_id in self.shard.share_groups[group_id].members:
+                self.shard.timers.cancel((SHARE_MEMBER_TIMER, group_id, member_id))
+            self.shard.share.log.unload(group_id)
         log.info("group coordinator: unloaded %s-%d (%d groups)", GROUP_METADATA_TOPIC_NAME, partition, len(doomed))
 
     def error_for(self, group_id: str) -> E:
@@ -201,7 +213,13 @@ class GroupCoordinatorRuntime:
 
     async def _run(self, op: Callable[[int], CoordinatorResult]) -> None:
         await self._apply(op(self.clock()))
+        self._tell_share_members_removed()
         self._wakeup.set()  # the operation may have set an earlier deadline
+
+    def _tell_share_members_removed(self) -> None:
+        for group_id, member_id in self.shard.share.take_removed():
+            for listener in self.share_member_removed:
+                listener(group_id, member_id)
 
     async def _apply(self, res: CoordinatorResult) -> None:
         if res.records:
@@ -263,6 +281,7 @@ class GroupCoordinatorRuntime:
             self._wakeup.clear()
             try:
                 await self._apply(self.shard.tick(self.clock()))
+                self._tell_share_members_removed()
             except Exception:  # keep the coordinator's clock running whatever one timer did
                 log.exception("group coordinator timer failed")
 
@@ -291,6 +310,33 @@ class GroupCoordinatorRuntime:
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
         return self.shard.describe_consumer_group(group_id)
+
+    async def share_group_heartbeat(self, req: ShareHeartbeatRequest, topics: Mapping[str, TopicImage],
+                                    client: tuple[str, str] = ("", "")) -> ShareHeartbeatResponse:
+        """ShareGroupHeartbeat: answered once the group's changed records are written; raises
+        ShareHeartbeatError."""
+        result = await self._call(lambda now, t: self.shard.share_group_heartbeat(now, t, req, topics, client))
+        if isinstance(result, ShareHeartbeatError):
+            raise result
+        assert isinstance(result, ShareHeartbeatResponse)
+        return result
+
+    def describe_share_group(self, group_id: str) -> DescribedShareGroup:
+        return self.shard.describe_share_group(group_id)
+
+    def share_offsets_error(self, group_id: str) -> tuple[E, str | None]:
+        """NONE when the share group exists and is empty (its share-partition offsets may change)."""
+        return self.shard.share_offsets_error(group_id)
+
+    def share_initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
+        """The topic partitions whose share state the share group has (None: no such share group)."""
+        return self.shard.share_initialized(group_id)
+
+    async def share_change_initialized(self, group_id: str, add: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                                       remove: set[uuid.UUID]) -> E:
+        """Record the share partitions whose offsets were altered (``add``) or deleted (``remove``)."""
+        result: E = await self._call(lambda _now, t: self.shard.share_change_initialized(t, group_id, add, remove))
+        return result
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         return self.shard.validate_offset_fetch(group_id, member_id, member_epoch)

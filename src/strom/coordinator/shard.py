@@ -9,14 +9,17 @@ this broker (a single broker leads them all).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 
 from strom.coordinator import records as rec
+from strom.coordinator import share_records as srec
 from strom.coordinator.api import (
     DescribedConsumerGroup,
     DescribedGroup,
     FetchedOffset,
     JoinGroupRequestData,
+    JoinGroupResult,
     ListedGroup,
     MemberDescription,
     MemberIdentity,
@@ -39,6 +42,8 @@ from strom.coordinator.migration import GroupMigration
 from strom.coordinator.offsets import OffsetManager
 from strom.coordinator.reconciliation import LEAVE_EPOCH
 from strom.coordinator.result import CoordinatorResult, Record
+from strom.coordinator.share_group import ShareGroup, ShareHeartbeatError, ShareHeartbeatRequest
+from strom.coordinator.share_groups import SHARE_MEMBER_TIMER, DescribedShareGroup, ShareGroupManager
 from strom.coordinator.timers import TimerQueue
 from strom.protocol.errors import ErrorCode as E
 
@@ -60,6 +65,10 @@ class GroupCoordinatorShard:
         self.classic = ClassicGroupManager(config, self.groups, self.timers)
         self.consumer = ConsumerGroupManager(config, self.consumer_groups, self.groups, self.timers)
         self.consumer_log = ConsumerGroupLog(self.consumer_groups, self.consumer.clients)
+        # Share groups (KIP-932): a type of their own, no offsets (coordinator/share_groups.py).
+        self.share_groups: dict[str, ShareGroup] = {}
+        self.share = ShareGroupManager(config, self.share_groups, self.timers)
+        self._loading_share: set[str] = set()
         # Consumer groups changed by an operation that could not write (a classic Heartbeat that
         # dropped an empty one): the next tick writes their records.
         self._unwritten: set[str] = set()
@@ -75,6 +84,12 @@ class GroupCoordinatorShard:
     def replay(self, key: bytes, value: bytes | None, now: int, producer_id: int = -1) -> None:
         """Apply one __consumer_offsets record (at load, and after appending an offset commit); a
         record of a transaction (``producer_id``) waits for its marker."""
+        share_key = srec.decode_key(key) if key[:2] >= b"\x00\x09" else None
+        if share_key is not None:
+            record_type, group_id, member_id = share_key
+            srec.replay(self.share_groups, record_type, group_id, member_id, value)
+            self._loading_share.add(group_id)
+            return
         k = rec.decode_key(key)
         if isinstance(k, rec.OffsetCommitKey):
             decoded = None if value is None else rec.decode_offset_commit_value(value)
@@ -104,6 +119,9 @@ class GroupCoordinatorShard:
                 self.classic.reschedule_heartbeat(now, group, member)
         for consumer_group in self.consumer_log.loaded():
             self.consumer.on_loaded(now, consumer_group)
+        for group_id in sorted(self._loading_share):
+            self.share.on_loaded(now, group_id)
+        self._loading_share.clear()
         self.timers.schedule(EXPIRE_OFFSETS_KEY, now + self.config.offsets_retention_check_interval_ms)
 
     # ------------------------------------------------------------------ group membership
@@ -113,6 +131,8 @@ class GroupCoordinatorShard:
     # migration policy): coordinator/migration.py.
 
     def join_group(self, now: int, token: Token, req: JoinGroupRequestData) -> CoordinatorResult:
+        if req.group_id in self.share_groups:
+            return CoordinatorResult(replies=[(token, JoinGroupResult(E.group_id_not_found, req.member_id))])
         if self.consumer.blocks_classic(req.group_id):
             return self._then_consumer_records(req.group_id, self.migration.join_group(now, token, req))
         return self._with_consumer_records(req.group_id, self.classic.join_group(now, token, req))
@@ -153,6 +173,8 @@ class GroupCoordinatorShard:
         """ConsumerGroupHeartbeat (KIP-848); raises HeartbeatError with Kafka's error. A join into a
         classic group with members may upgrade it first, a leave may downgrade the group after; what
         those write and answer waits in ``deferred`` (consumer_group_heartbeat_written takes it)."""
+        if req.group_id in self.share_groups:
+            raise HeartbeatError(E.group_id_not_found, f"Group {req.group_id} is not a consumer group.")
         self.deferred.merge(self.migration.maybe_upgrade(now, req, topics))
         response = self.consumer.heartbeat(now, req, topics, client)
         if req.member_epoch == LEAVE_EPOCH:
@@ -197,7 +219,54 @@ class GroupCoordinatorShard:
         return self.consumer_log.records(group_id, member_id)
 
     def describe_consumer_group(self, group_id: str) -> DescribedConsumerGroup:
+        if group_id in self.share_groups:
+            return DescribedConsumerGroup(group_id, E.group_id_not_found, f"Group {group_id} is not a consumer group.")
         return self.consumer.describe(group_id)
+
+    # ------------------------------------------------------------------ share groups
+
+    def _type_of(self, group_id: str) -> str | None:
+        """The type of an existing group that is not a share group (one id, one type)."""
+        if group_id in self.consumer_groups:
+            return "consumer"
+        group = self.groups.get(group_id)
+        if group is not None and not group.is_in(S.DEAD):
+            return "classic"
+        return None
+
+    def share_group_heartbeat(self, now: int, token: Token, req: ShareHeartbeatRequest,
+                              topics: Mapping[str, TopicImage], client: tuple[str, str]) -> CoordinatorResult:
+        """ShareGroupHeartbeat: the answer (a ShareHeartbeatResponse or the ShareHeartbeatError),
+        sent once the group's changed records are written."""
+        res = CoordinatorResult()
+        try:
+            response, res.records = self.share.heartbeat(now, req, topics, client, self._type_of(req.group_id))
+            res.reply(token, response)
+        except ShareHeartbeatError as e:
+            res.reply(token, e)
+            res.records = self.share.log.records(req.group_id) if req.group_id in self.share.log.written else []
+
+        def failed(_now: int, error: int) -> CoordinatorResult:
+            return CoordinatorResult(replies=[(token, ShareHeartbeatError(E(error), "the group's records could not be written"))])
+        res.on_failure = failed
+        return res
+
+    def describe_share_group(self, group_id: str) -> DescribedShareGroup:
+        return self.share.describe(group_id, self._type_of(group_id))
+
+    def share_offsets_error(self, group_id: str) -> tuple[E, str | None]:
+        return self.share.offsets_error(group_id, self._type_of(group_id))
+
+    def share_initialized(self, group_id: str) -> dict[uuid.UUID, frozenset[int]] | None:
+        return self.share.initialized(group_id)
+
+    def share_change_initialized(self, token: Token, group_id: str,
+                                 add: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                                 remove: set[uuid.UUID]) -> CoordinatorResult:
+        res = CoordinatorResult(records=self.share.change_initialized(group_id, add, remove))
+        res.reply(token, E.none)
+        res.on_failure = lambda _now, error: CoordinatorResult(replies=[(token, E(error))])
+        return res
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> E:
         """OffsetFetch v9+: a consumer group's member must give its id and current epoch, if any."""
@@ -222,7 +291,12 @@ class GroupCoordinatorShard:
 
     def delete_groups(self, now: int, token: Token, group_ids: list[str]) -> CoordinatorResult:
         answers: dict[str, E] = {}
+        share_records: list[Record] = []
         for group_id in group_ids:
+            if group_id in self.share_groups:
+                answers[group_id], written = self.share.delete(group_id)
+                share_records += written
+                continue
             group = self.consumer_groups.get(group_id)
             if group is not None:
                 if group.members:
@@ -234,7 +308,7 @@ class GroupCoordinatorShard:
         records = [r for g in group_ids for r in self.consumer_log.records(g)]
         rest = [g for g in group_ids if g not in answers]
         res = self.offsets.delete_groups(now, token, rest) if rest else CoordinatorResult()
-        res.records[:0] = records
+        res.records[:0] = share_records + records
         if answers:
             # Merge with the classic answers, in the request's order.
             classic = dict(res.replies.pop()[1]) if rest else {}
@@ -245,8 +319,8 @@ class GroupCoordinatorShard:
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         group = self.groups.get(group_id)
-        if group_id in self.consumer_groups:
-            # A consumer group is not described here (Kafka 4: Dead, and GROUP_ID_NOT_FOUND "not a
+        if group_id in self.consumer_groups or group_id in self.share_groups:
+            # A consumer (or share) group is not described here (Kafka 4: Dead, and GROUP_ID_NOT_FOUND "not a
             # classic group" from DescribeGroups v6): ConsumerGroupDescribe describes it.
             return DescribedGroup(group_id, E.none, S.DEAD.value, "", "",
                                   dead_reason=f"Group {group_id} is not a classic group.")
@@ -267,6 +341,7 @@ class GroupCoordinatorShard:
         wanted_states = {s.lower() for s in states} if states else None
         wanted_types = {t.lower() for t in types} if types else None
         out = self.consumer.list_groups(wanted_states, wanted_types)
+        out += self.share.list_groups(wanted_states, wanted_types)
         for group in self.groups.values():
             if group.is_in(S.DEAD) or group.group_id in self.consumer_groups:
                 continue
@@ -301,6 +376,8 @@ class GroupCoordinatorShard:
             self.consumer.drop_unused()
             self._unwritten |= before - set(self.consumer_groups)  # their tombstones
             return res
+        if kind == SHARE_MEMBER_TIMER:
+            return CoordinatorResult(records=self.share.on_member_timer(now, key[1], key[2]))
         if kind == MEMBER_TIMER:
             expired = self.consumer.on_member_timer(now, key[1], key[2])
             res = CoordinatorResult()

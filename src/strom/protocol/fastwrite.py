@@ -281,6 +281,9 @@ class _Compiler:
         (int16 length for strings, int32 for bytes, -1 for null)."""
         src = self.src
         data = value
+        # kio writes a records field as nullable whatever kio's type says (ShareFetch's is not
+        # Optional although Kafka's schema makes it nullable): a missing one is written as null.
+        optional = optional or kafka_type == "records"
         if kafka_type == "string":
             data = src.temp("s")
             src.line(indent, f"{data} = None if {value} is None else {value}.encode()" if optional

@@ -210,9 +210,11 @@ async def delete_mode(request: web.Request) -> web.Response:
     return _answer({"mode": await _registry(request).delete_mode(subject)})
 
 
-def make_app(registry: Registry, middlewares: Sequence[Any] = ()) -> web.Application:
-    """``middlewares``: the listener's own (Host checks, logins), run before the API's."""
-    app = web.Application(middlewares=[*middlewares, _errors], client_max_size=MAX_BODY_BYTES)
+def make_app(registry: Registry, middlewares: Sequence[Any] = (), forward: Any = None) -> web.Application:
+    """``middlewares``: the listener's own (Host checks, logins), run before the API's; ``forward``:
+    the one that sends writes on to the registry of the broker leading ``_schemas`` (forward.py)."""
+    inner = [forward] if forward is not None else []
+    app = web.Application(middlewares=[*middlewares, _errors, *inner], client_max_size=MAX_BODY_BYTES)
     app[REGISTRY_KEY] = registry
     r = app.router
     r.add_get("/", root)

@@ -85,7 +85,7 @@ class Registry:
         self.store = store
 
     async def state(self) -> RegistryState:
-        return await self.store.ready_state()
+        return await self.store.fresh_state()
 
     # ------------------------------------------------------------------ schema texts
 

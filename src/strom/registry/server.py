@@ -7,60 +7,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 
+from strom.http_listeners import Bind, HttpListener, bind_all
 from strom.registry.app import make_app
+from strom.registry.forward import Forwarder
 from strom.registry.ops import Registry
 from strom.registry.store import SchemaLog, Store
 
 log = logging.getLogger("strom.registry")
 
 
-class Endpoint(Protocol):
-    """One listener (strom.config.broker.Listener): HTTP or HTTPS, host, port."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
-
-
-Bind = Callable[[str, str, int], list[socket.socket]]
-
-
 class RegistryServer:
-    def __init__(self, listeners: Sequence[Endpoint], schema_log: SchemaLog, bind: Bind,
-                 tls: ssl.SSLContext | None = None, middlewares: Sequence[Any] = ()) -> None:
+    def __init__(self, listeners: Sequence[HttpListener], schema_log: SchemaLog, bind: Bind,
+                 tls: ssl.SSLContext | None = None, middlewares: Sequence[Any] = (),
+                 client_tls: ssl.SSLContext | None = None) -> None:
+        """``client_tls``: to reach other brokers' https:// registries when forwarding writes."""
         self.listeners = listeners
         self.bind = bind  # binds or raises the broker's one-line error naming the listener
         self.tls = tls
         self.store = Store(schema_log)
         self.registry = Registry(self.store)
-        self.app = make_app(self.registry, middlewares)
+        self.forwarder = Forwarder(self.store, self.store.timeout_s, client_tls)
+        self.app = make_app(self.registry, middlewares, self.forwarder.middleware)
         self.addresses: list[str] = []
         self._runner: web.AppRunner | None = None
         self._loader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        bound: list[tuple[Endpoint, list[socket.socket]]] = []
-        try:
-            for listener in self.listeners:  # all of them first: a failure leaves nothing half started
-                what = f"schema registry listener {listener.name.lower()}://{listener.host}:{listener.port}"
-                bound.append((listener, self.bind(what, listener.host or "0.0.0.0", listener.port)))
-        except Exception:
-            for _, sockets in bound:
-                for sock in sockets:
-                    sock.close()
-            raise
+        bound = bind_all(self.listeners, self.bind, "schema registry listener")
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runner = runner
@@ -90,3 +69,4 @@ class RegistryServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.forwarder.close()

@@ -28,6 +28,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 from strom.cluster.client import BrokerConnection
 from strom.protocol.errors import ErrorCode as E
 from strom.records.batch import InvalidRecordBatch, iter_batches, whole_batches_end
+from strom.replication.fetch_session import FetchSessionClient
 from strom.replication.leader_append import group_commit
 from strom.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
@@ -99,6 +100,7 @@ class ReplicaFetcher:
         self._gave_up = False  # _ask_soon closed the connection under that Fetch
         self._wanted: set[tuple[str, int]] = set()  # to be asked for without waiting (see _ask_soon)
         self._stopping = False
+        self._session = FetchSessionClient()  # KIP-227: incremental fetches name only what changed
 
     def start(self) -> None:
         self._task = self.manager.spawn(self._run())
@@ -275,24 +277,33 @@ class ReplicaFetcher:
         if not ready:
             return False
         cfg = self.manager.config
-        by_topic: dict[str, list[_Fetching]] = {}
-        for f in ready:
-            by_topic.setdefault(f.part.topic, []).append(f)
+        max_bytes = cfg.replica_fetch_max_bytes
+        wanted = {f.part.key: (f.part.log.log_end_offset, f.part.log.log_start_offset, f.epoch, max_bytes)
+                  for f in ready}
+        session_id, epoch, named, forgotten = self._session.build(wanted)
+        by_topic: dict[str, list[tuple[str, int]]] = {}
+        for key in named:
+            by_topic.setdefault(key[0], []).append(key)
+        gone: dict[str, list[int]] = {}
+        for t, p in forgotten:
+            gone.setdefault(t, []).append(p)
         body = fetch_req.FetchRequest(
             replica_id=BrokerId(self.manager.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.max_wait_ms)),
             min_bytes=i32(cfg.replica_fetch_min_bytes),
             max_bytes=i32(cfg.replica_fetch_response_max_bytes),
             isolation_level=i8(0),
-            session_id=i32(0), session_epoch=i32(-1),
+            session_id=i32(session_id), session_epoch=i32(epoch),
             topics=tuple(fetch_req.FetchTopic(
                 topic=TopicName(t),
                 partitions=tuple(fetch_req.FetchPartition(
-                    partition=i32(f.part.partition), current_leader_epoch=i32(f.epoch),
-                    fetch_offset=i64(f.part.log.log_end_offset), log_start_offset=i64(f.part.log.log_start_offset),
-                    partition_max_bytes=i32(cfg.replica_fetch_max_bytes)) for f in fs))
-                for t, fs in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
+                    partition=i32(key[1]), current_leader_epoch=i32(wanted[key][2]),
+                    fetch_offset=i64(wanted[key][0]), log_start_offset=i64(wanted[key][1]),
+                    partition_max_bytes=i32(max_bytes)) for key in keys))
+                for t, keys in by_topic.items()),
+            forgotten_topics_data=tuple(fetch_req.ForgottenTopic(topic=TopicName(t), partitions=tuple(
+                i32(p) for p in ps)) for t, ps in gone.items()),
+            rack_id="")
         loop = asyncio.get_running_loop()
         self._in_flight = in_flight = {f.part.key for f in ready}
         self._request_sent_at = loop.time()
@@ -303,8 +314,16 @@ class ReplicaFetcher:
                 loop.call_soon(self._ask_soon, key)
         try:
             response = await conn.request(1, FETCH_VERSION, body, self.socket_timeout_s + self.max_wait_ms / 1000)
+        except BaseException:
+            self._session.reset()  # the leader may or may not have taken that Fetch: start over
+            raise
         finally:
             self._in_flight = None
+        if not self._session.handle_response(response.error_code, response.session_id):
+            if response.error_code not in (E.fetch_session_id_not_found, E.invalid_fetch_session_epoch):
+                log.warning("fetch from leader %d failed with error %s", self.leader_id, response.error_code)
+                await asyncio.sleep(self.backoff_s)
+            return True  # a session error: the next Fetch, a full one, follows at once
         to_flush = []
         for topic in response.responses:
             for r in topic.partitions:

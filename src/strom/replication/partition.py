@@ -15,12 +15,23 @@ from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from strom.cluster.zk_layout import PartitionState
 
 if TYPE_CHECKING:
     from strom.storage.log import PartitionLog
+
+
+class FollowerSession(Protocol):
+    """A follower's fetch session (KIP-227) as the leader keeps it: each of its fetches covers every
+    partition it holds, at the fetch offset last sent, though only changed ones are read."""
+
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def last_used_ms(self) -> int: ...
+    def holds(self, key: tuple[str, int]) -> bool: ...
 
 
 @dataclass
@@ -30,6 +41,10 @@ class FollowerState:
     last_fetch_ms: int = 0
     last_fetch_leader_end: int = -1
     log_start_offset: int = -1  # as the follower's last fetch reported it (DeleteRecords waits on it)
+    # The session of the follower's last fetch of this partition, if any: a later fetch in it that
+    # did not name the partition still fetched it at log_end_offset (nothing changed, or the
+    # partition would have been read).
+    session: FollowerSession | None = None
 
 
 @dataclass
@@ -65,11 +80,13 @@ class Partition:
         self.followers = {b: FollowerState(last_caught_up_ms=now_ms) for b in self.replicas if b != self.broker_id}
         self.log.replicated = True
 
-    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1) -> bool:
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1,
+                        session: FollowerSession | None = None) -> bool:
         """Record a follower's fetch; True when its log start offset moved forward."""
         f = self.followers.get(replica_id)
         if f is None:
             f = self.followers[replica_id] = FollowerState(last_caught_up_ms=0)
+        f.session = session
         leader_end = self.log.log_end_offset
         if fetch_offset >= leader_end:
             f.last_caught_up_ms = now_ms
@@ -114,7 +131,37 @@ class Partition:
 
     def isr_to_shrink(self, now_ms: int, lag_max_ms: int) -> list[int]:
         return [b for b in self.state.isr if b != self.broker_id
-                and now_ms - self.followers.get(b, FollowerState()).last_caught_up_ms > lag_max_ms]
+                and now_ms - self.last_caught_up_ms(self.followers.get(b, FollowerState())) > lag_max_ms]
+
+    def before_append(self) -> None:
+        """The log end is about to move: a follower whose session covered this partition at the
+        old log end was caught up at its last fetch in that session, and is credited with it
+        (as in Kafka, a fetch reaching the leader's end at that time), before the follower's state
+        stops showing it."""
+        end = self.log.log_end_offset
+        key = self.key
+        for f in self.followers.values():
+            s = f.session
+            if s is not None and f.log_end_offset >= end and s.alive and s.holds(key):
+                used = s.last_used_ms
+                f.last_caught_up_ms = max(f.last_caught_up_ms, used)
+                if used > f.last_fetch_ms:
+                    f.last_fetch_ms = used
+                    f.last_fetch_leader_end = end
+
+    def last_caught_up_ms(self, f: FollowerState) -> int:
+        """When the follower last had everything: a fetch in its session since then that left this
+        partition out fetched it all the same, at the offset it had, which still is the log end."""
+        s = f.session
+        if s is not None and f.log_end_offset >= self.log.log_end_offset and s.alive and s.holds(self.key):
+            return max(f.last_caught_up_ms, s.last_used_ms)
+        return f.last_caught_up_ms
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where this leader epoch's records begin in the log: what lies before was written under
+        earlier epochs (by earlier leaders)."""
+        return self._epoch_start()
 
     def _epoch_start(self) -> int:
         entries = self.log.leader_epoch_cache.entries

@@ -4,19 +4,45 @@ acks=all produce waiting for the ISR, a DeleteRecords waiting for the replicas' 
 A waiter registers for a set of partition keys and is woken as soon as any of them changes (an
 append, a high watermark step, a leadership or ISR change), so a long-polling consumer sees new
 data within milliseconds instead of at the end of fetch.max.wait.ms.
+
+A fetch that names many partitions waits by topic instead (``wait_topics``): registering costs one
+entry per topic, not per partition, and the wait learns which partitions were notified, so that a
+wake-up looks only at those. ``since`` (a ``seq`` read when the fetch last looked) closes the gap
+between a look and the registration that follows it a loop turn later: the last notifications are
+kept (a bounded log) and replayed into the waiter. Persistent listeners (fetch sessions, which track
+what changed between requests) are told of every notification.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
 
 PartitionKey = tuple[str, int]
+# How many of the latest notifications are kept for ``changed_since``.
+RECENT = 4096
+
+
+class TopicWaiter:
+    """One wait on whole topics: ``changed`` collects the partitions notified."""
+
+    __slots__ = ("changed", "fut")
+
+    def __init__(self, fut: asyncio.Future[None], changed: set[PartitionKey]) -> None:
+        self.fut = fut
+        self.changed = changed
 
 
 class Purgatory:
     def __init__(self) -> None:
         self._watchers: dict[PartitionKey, set[asyncio.Future[None]]] = {}
+        self._topic_waiters: dict[str, set[TopicWaiter]] = {}
+        # Told every notified key, synchronously (fetch sessions mark their partitions with it).
+        self.listeners: list[Callable[[PartitionKey], None]] = []
+        self.seq = 0  # notifications so far
+        self._recent: deque[PartitionKey] = deque(maxlen=RECENT)
 
     async def wait(self, keys: Iterable[PartitionKey], timeout: float) -> bool:
         """Wait until one of ``keys`` is notified or ``timeout`` passes; True if woken."""
@@ -38,15 +64,65 @@ class Purgatory:
                         del self._watchers[k]
         return fut.result() is not None if not fut.cancelled() else False
 
+    def changed_since(self, seq: int) -> list[PartitionKey] | None:
+        """The keys notified after ``seq`` (an earlier ``self.seq``), or None when more were
+        notified than are kept."""
+        n = self.seq - seq
+        if n <= 0:
+            return []
+        if n > len(self._recent):
+            return None
+        return list(itertools.islice(self._recent, len(self._recent) - n, None))
+
+    async def wait_topics(self, topics: Iterable[str], timeout: float, since: int) -> set[PartitionKey] | None:
+        """Wait until a partition of one of ``topics`` is notified or ``timeout`` passes; the
+        partitions of those topics notified after ``since`` (empty when the time ran out), or
+        None at once when more were notified since then than are kept (any may have changed)."""
+        topics = set(topics)
+        missed = self.changed_since(since)
+        if missed is None:
+            return None
+        changed = {key for key in missed if key[0] in topics}
+        if changed:
+            return changed
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        waiter = TopicWaiter(fut, changed)
+        for t in topics:
+            self._topic_waiters.setdefault(t, set()).add(waiter)
+        handle = loop.call_later(timeout, _resolve, fut)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            for t in topics:
+                s = self._topic_waiters.get(t)
+                if s is not None:
+                    s.discard(waiter)
+                    if not s:
+                        del self._topic_waiters[t]
+        return changed
+
     def notify(self, key: PartitionKey) -> None:
+        self.seq += 1
+        self._recent.append(key)
+        for listener in self.listeners:
+            listener(key)
         s = self._watchers.get(key)
         if s:
             for fut in s:
                 if not fut.done():
                     fut.set_result(True)  # type: ignore[arg-type]
+        waiters = self._topic_waiters.get(key[0])
+        if waiters:
+            for w in waiters:
+                w.changed.add(key)
+                if not w.fut.done():
+                    w.fut.set_result(True)  # type: ignore[arg-type]
 
     def waiting(self) -> int:
-        return sum(len(s) for s in self._watchers.values())
+        return sum(len(s) for s in self._watchers.values()) + len(
+            {id(w) for s in self._topic_waiters.values() for w in s})
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

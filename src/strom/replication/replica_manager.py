@@ -31,7 +31,7 @@ from strom.replication.leader_append import (
     group_commit,
     partition_result,
 )
-from strom.replication.partition import Partition
+from strom.replication.partition import FollowerSession, Partition
 
 if TYPE_CHECKING:
     from strom.cluster.metadata import ClusterEvent, TopicInfo
@@ -317,6 +317,8 @@ class ReplicaManager:
                     message=f"ISR {list(part.state.isr)} is smaller than min.insync.replicas="
                             f"{plog.config.min_insync_replicas}"))
                 continue
+            if part.followers:
+                part.before_append()
             if client:
                 result, headers = append_client_batches(plog, index, records, part.state.leader_epoch)
             else:
@@ -350,11 +352,13 @@ class ReplicaManager:
             await self._wait_for_acks(waits, timeout_s, check_min_isr)
         return results
 
-    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
+    def follower_fetched(self, part: Partition, replica_id: int, fetch_offset: int, log_start_offset: int = -1,
+                         session: FollowerSession | None = None) -> None:
         """A follower fetched from ``fetch_offset``: its log reaches there. Only a fetch brings a
         follower back into the ISR (as in Kafka): what a dead broker fetched last never does, and
-        neither does a broker in a controlled shutdown (the controller just took it out)."""
-        if part.update_follower(replica_id, fetch_offset, now_ms(), log_start_offset):
+        neither does a broker in a controlled shutdown (the controller just took it out). With a
+        fetch ``session`` its later fetches that leave the partition out count as fetches of it."""
+        if part.update_follower(replica_id, fetch_offset, now_ms(), log_start_offset, session):
             self.purgatory.notify(part.key)  # a DeleteRecords may wait for this follower
         self._after_hw_inputs_changed(part)
         if part.can_join_isr(replica_id) and replica_id in self.store.brokers \

@@ -712,10 +712,11 @@ pages.group = {
       root.querySelector("#gd-cards").replaceChildren(el("div", { class: "msg error", text: e.message }));
       return;
     }
-    const consumer = g.type === "consumer";
+    const consumer = g.type === "consumer", share = g.type === "share";
     root.querySelector("#gd-cards").replaceChildren(...[
       card("State", g.state, null, "gd-state"),
-      card("Type", g.type, consumer ? "KIP-848 consumer protocol" : "classic rebalance protocol", "gd-type"),
+      card("Type", g.type, consumer ? "KIP-848 consumer protocol" : share ? "KIP-932 share group: records, not partitions"
+        : "classic rebalance protocol", "gd-type"),
       card("Members", fmtNum(g.members)),
       consumer ? card("Assignor", g.protocol || "–", "server-side", "gd-assignor")
         : card("Protocol", g.protocol || "–", g.protocol_type || ""),
@@ -735,7 +736,8 @@ pages.group = {
         el("td", { class: "mono", text: m.assignment.map((a) => `${a.topic} [${a.partitions.join(", ")}]`).join("; ") || "–" }))),
       "No active members."));
     root.querySelector("#gd-offsets").replaceChildren(table(
-      ["Topic", ["Partition", "num"], ["Committed", "num"], ["End offset", "num"], ["Lag", "num"], "Member"],
+      ["Topic", ["Partition", "num"], [share ? "Start offset" : "Committed", "num"], ["End offset", "num"], ["Lag", "num"],
+        "Member"],
       g.offsets.map((o) => el("tr", { "data-tp": `${o.topic}-${o.partition}` },
         el("td", {}, el("a", { href: `#/topics/${encodeURIComponent(o.topic)}`, text: o.topic })),
         el("td", { class: "num", text: o.partition }),

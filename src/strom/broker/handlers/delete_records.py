@@ -52,6 +52,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 continue
             if target > plog.log_start_offset:
                 plog.delete_records(target)
+                # Fetch sessions (followers' above all: they must learn it) tell the new log start.
+                broker.purgatory.notify(part.key)
             entry["low_watermark"] = plog.log_start_offset
             waits.append((part, target, entry))
         topics.append({"name": t.name, "partitions": parts})

@@ -19,6 +19,7 @@ MAX_VERSION = 4
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -46,6 +47,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 result.update(error_code=E.invalid_request, error_message=f"unknown broker {r.resource_name}")
             else:
                 entries = broker.config.describe()
+        elif r.resource_type == GROUP:
+            from strom.config.group import describe_group_config
+
+            entries = describe_group_config(broker.config, broker.metadata.group_configs(r.resource_name))
         else:
             result.update(error_code=E.invalid_request, error_message=f"unsupported resource type {r.resource_type}")
         if entries is not None:

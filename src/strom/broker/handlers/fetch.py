@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from strom.broker import fetch_sessions as sessions
 from strom.broker.context import QUOTA_EXEMPT
 from strom.protocol import splice
 from strom.protocol.errors import ErrorCode as E
@@ -53,11 +54,14 @@ def _resolve_topics(broker: Broker, request: Any, version: int) -> list[tuple[st
 
 
 def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]], max_bytes: int,
-              version: int, replica_id: int = -1,
-              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool, bool]:
+              version: int, replica_id: int = -1, read_committed: bool = False,
+              skipped: list[tuple[str, int]] | None = None,
+              session: sessions.FetchSession | None = None) -> tuple[list[dict[str, Any]], int, bool, bool]:
     """One pass over the requested partitions: (response topics, bytes found, whether the response
     is complete at once: an error, or data left out for want of room under ``max_bytes``, and
-    whether any partition was served as a follower's)."""
+    whether any partition was served as a follower's). Partitions a session must read again at its
+    next fetch are added to ``skipped``: those not read for want of room, and those of a follower
+    out of their ISR (it rejoins only on a fetch that reads them)."""
     replica_manager = broker.replica_manager
     remaining = max_bytes
     total = 0
@@ -91,7 +95,9 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     elif p.fetch_offset <= part.log.log_end_offset:
                         # A follower: its fetch offset is its log end; it copies up to ours.
                         replica_manager.follower_fetched(part, replica_id, p.fetch_offset,
-                                                  getattr(p, "log_start_offset", -1))
+                                                         getattr(p, "log_start_offset", -1), session)
+                        if skipped is not None and replica_id not in part.state.isr:
+                            skipped.append((name, p.partition))  # looked at again until it rejoins
                         max_offset = part.log.log_end_offset
                         followed = True
             if plog is None:
@@ -107,6 +113,8 @@ def _read_all(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, A
                     # KIP-74: the first partition with data returns at least one whole batch.
                     data = plog.read(p.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_batch=total == 0) \
                         if limit > 0 or total == 0 else b""
+                    if skipped is not None and not data and limit <= 0 and total > 0:
+                        skipped.append((plog.topic, p.partition))
                 except OffsetOutOfRange:
                     entry["error_code"] = E.offset_out_of_range
                     complete = True
@@ -151,18 +159,41 @@ def _not_a_replica(p: Any) -> int:
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     """Answers at once when data (or an error) is there; otherwise returns the long-poll to await."""
     version = ctx.api_version
-    topics = _resolve_topics(broker, request, version)
+    fctx = sessions.new_context(broker.fetch_sessions, request, version, _replica_id(request) >= 0,
+                                lambda tid: _topic_name(broker, tid), TOPIC_ID_VERSION)
+    if fctx.kind == "error":
+        return {"throttle_time": 0, "error_code": fctx.error, "session_id": sessions.INVALID_SESSION_ID,
+                "responses": [], splice.RESULT_KEY: BlobSplicer(), QUOTA_EXEMPT: False}
+    if fctx.incremental:
+        assert fctx.session is not None
+        topics = [*sessions.session_topics(fctx.session.take_pending()),
+                  *sessions.unresolved_topics(request, fctx.uses_topic_ids, lambda tid: _topic_name(broker, tid))]
+    else:
+        topics = _resolve_topics(broker, request, version)
     cap = broker.quotas.fetch_cap(ctx) if broker.quotas.active and _replica_id(request) < 0 else None
     if broker.acls.enabled:
-        topics, refused = _authorize(broker, ctx, topics, _replica_id(request), version)
+        allowed, refused = _authorize(broker, ctx, topics, _replica_id(request), version)
         if refused:
+            if fctx.session is not None:  # asked for again at the session's next fetch, and refused again
+                kept = {name for name, _, _ in allowed}
+                for name, _, t in topics:
+                    if name is not None and name not in kept:
+                        for cp in t.partitions:
+                            fctx.session.pending[(name, cp.partition)] = None
+            topics = allowed
             # An error answers at once, as in Kafka: no long-poll on the rest.
-            return _with_refused(_serve(broker, request, topics, version, at_once=True, cap=cap), refused)
-    return _serve(broker, request, topics, version, cap=cap)
+            return _with_refused(_serve(broker, request, topics, version, fctx, at_once=True, cap=cap), refused)
+    return _serve(broker, request, topics, version, fctx, cap=cap)
+
+
+def _topic_name(broker: Broker, topic_id: uuid.UUID) -> str | None:
+    info = broker.metadata.topic_by_id(topic_id)
+    return info.name if info else None
 
 
 def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-           version: int, at_once: bool = False, cap: int | None = None) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+           version: int, fctx: sessions.FetchContext, at_once: bool = False,
+           cap: int | None = None) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     # The response is bounded by the request's max_bytes and the broker's fetch.max.bytes, as in
     # Kafka (KafkaApis.handleFetchRequest), and per partition by its partition_max_bytes; the first
     # batch of the first partition with data still goes out whole, whatever its size (KIP-74).
@@ -172,11 +203,17 @@ def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUI
     min_bytes = min(request.min_bytes, max_bytes)  # never wait for more than may be sent
     replica_id = _replica_id(request)
     committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
-    responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id, committed)
-    keys = [(name, p.partition) for name, _, t in topics if name is not None for p in t.partitions]
-    if total >= min_bytes or complete or at_once or not keys or request.max_wait.total_seconds() <= 0:
-        return _result(broker, topics, responses, replica_id, followed)
-    return _long_poll(broker, request, topics, keys, max_bytes, min_bytes, version, replica_id, committed)
+    skipped: list[tuple[str, int]] = []
+    since = broker.purgatory.seq
+    first = _read_all(broker, topics, max_bytes, version, replica_id, committed, skipped, fctx.session)
+    responses, total, complete, followed = first
+    waitable = fctx.incremental or any(name is not None for name, _, _ in topics)
+    if total >= min_bytes or complete or at_once or not waitable or request.max_wait.total_seconds() <= 0:
+        return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
+    args = (broker, request, fctx, topics, first, skipped, max_bytes, min_bytes, version, replica_id, committed)
+    if fctx.incremental:
+        return _long_poll_session(*args)
+    return _long_poll(*args, since)
 
 
 def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
@@ -229,34 +266,143 @@ def _replica_id(request: Any) -> int:
     return int(getattr(request, "replica_id", -1))
 
 
-async def _long_poll(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-                     keys: list[tuple[str, int]], max_bytes: int, min_bytes: int, version: int,
-                     replica_id: int, read_committed: bool) -> dict[str, Any]:
-    """Wait for produces to the partitions (purgatory) until min_bytes are there or max_wait ends.
+async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
+                     topics: list[tuple[str | None, uuid.UUID | None, Any]],
+                     first: tuple[list[dict[str, Any]], int, bool, bool], skipped: list[tuple[str, int]],
+                     max_bytes: int, min_bytes: int, version: int, replica_id: int, read_committed: bool,
+                     since: int) -> dict[str, Any]:
+    """Wait for produces to the requested partitions (purgatory) until min_bytes are there or
+    max_wait ends.
 
-    Each pass reads and then registers with the purgatory in one step (no await between them), so a
-    produce that lands after the read always wakes the wait; the first pass repeats handle()'s read
-    for that reason, since a produce may have come in before this task started.
+    The wait is by topic and learns which partitions were notified (from ``since``, the purgatory's
+    count when handle() read, so nothing notified in between is missed); a wake-up reads only the
+    requested partitions among them to see whether the response is now due. The response itself is
+    one pass over every partition, done again only if one of them changed since the first.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
+    responses, total, complete, followed = first
+    purgatory = broker.purgatory
+    names = {name for name, _, _ in topics if name is not None}
+    wanted: dict[tuple[str, int], tuple[uuid.UUID | None, Any]] | None = None
+    sizes: dict[tuple[str, int], int] = {}
+    changed_any = False
     while True:
-        responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
-                                                         read_committed)
         remaining = deadline - loop.time()
-        if total >= min_bytes or complete or remaining <= 0:
-            return _result(broker, topics, responses, replica_id, followed)
-        await broker.purgatory.wait(keys, remaining)
+        if remaining <= 0:
+            break
+        changed = await purgatory.wait_topics(names, remaining, since)
+        since = purgatory.seq
+        if changed is None:  # too much happened to tell what: look at everything again
+            skipped = []
+            responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
+                                                             read_committed, skipped)
+            changed_any = False
+            sizes.clear()
+            wanted = None
+            if total >= min_bytes or complete:
+                break
+            continue
+        if not changed:
+            continue
+        if wanted is None:
+            wanted = {}
+            for (name, tid, t), topic in zip(topics, responses, strict=True):
+                if name is None:
+                    continue
+                for p, entry in zip(t.partitions, topic["partitions"], strict=True):
+                    wanted[(name, p.partition)] = (tid, p)
+                    if entry["records"]:
+                        sizes[(name, p.partition)] = len(entry["records"])
+        subset: dict[str, tuple[uuid.UUID | None, list[Any]]] = {}
+        for key in changed:
+            hit = wanted.get(key)
+            if hit is not None:
+                subset.setdefault(key[0], (hit[0], []))[1].append(hit[1])
+        if not subset:
+            continue
+        changed_any = True
+        look: list[tuple[str | None, uuid.UUID | None, Any]] = [
+            (name, tid, sessions.SessionTopic(ps)) for name, (tid, ps) in subset.items()]
+        part_responses, _, now_complete, _ = _read_all(broker, look, max_bytes, version, replica_id, read_committed)
+        for (name, _, t), topic in zip(look, part_responses, strict=True):
+            for p, entry in zip(t.partitions, topic["partitions"], strict=True):
+                sizes[(name or "", p.partition)] = len(entry["records"])
+        if sum(sizes.values()) >= min_bytes or now_complete:
+            break
+    if changed_any:
+        skipped = []
+        responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
+                                                         read_committed, skipped)
+    return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
 
 
-def _result(broker: Broker, topics: list[tuple[str | None, uuid.UUID | None, Any]],
-            responses: list[dict[str, Any]], replica_id: int = -1, followed: bool = False) -> dict[str, Any]:
+async def _long_poll_session(broker: Broker, request: Any, fctx: sessions.FetchContext,
+                             topics: list[tuple[str | None, uuid.UUID | None, Any]],
+                             first: tuple[list[dict[str, Any]], int, bool, bool], skipped: list[tuple[str, int]],
+                             max_bytes: int, min_bytes: int, version: int, replica_id: int,
+                             read_committed: bool) -> dict[str, Any]:
+    """An incremental fetch waits on its session: a notification of one of the session's
+    partitions marks it pending and wakes the wait, and only the partitions read so far plus those
+    marked are read again."""
+    session = fctx.session
+    assert session is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
+    responses, total, complete, followed = first
+    read: dict[tuple[str, int], Any] = {}
+    for name, _, t in topics:
+        if name is not None:
+            for cp in t.partitions:
+                read[(name, cp.partition)] = cp
+    done = False
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or not session.alive:
+                break
+            await session.wait(remaining)
+            new = session.take_pending()
+            if not new:
+                continue
+            for cp in new:
+                read[cp.key] = cp
+            topics = [*sessions.session_topics(read.values()), *(x for x in topics if x[0] is None)]
+            skipped = []
+            responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
+                                                             read_committed, skipped, session)
+            if total >= min_bytes or complete:
+                break
+        done = True
+    finally:
+        if not done:  # not answered: what was taken is read again at the session's next fetch
+            for key in read:
+                session.pending[key] = None
+    return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
+
+
+def _follower_session(broker: Broker, session: sessions.FetchSession, replica_id: int) -> None:
+    """A follower's new session: its later fetches cover every partition in it (Partition.last_caught_up_ms)."""
+    partitions = broker.replica_manager.partitions
+    for key in session.partitions:
+        part = partitions.get(key)
+        f = part.followers.get(replica_id) if part is not None else None
+        if f is not None:
+            f.session = session
+
+
+def _result(broker: Broker, fctx: sessions.FetchContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
+            responses: list[dict[str, Any]], replica_id: int = -1, followed: bool = False,
+            skipped: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     if replica_id < 0:  # bytes out to consumers; followers' copies are replication, not consumption
         broker.metrics.fetched(topics, responses)
+    responses, session_id = sessions.finish(broker.fetch_sessions, fctx, topics, responses, skipped or ())
+    if replica_id >= 0 and fctx.kind == "full" and session_id != sessions.INVALID_SESSION_ID:
+        _follower_session(broker, broker.fetch_sessions.sessions[session_id], replica_id)
     # The record batches go to the socket beside the encoded response, not through the encoder.
     blobs = BlobSplicer()
     for topic in responses:
         for entry in topic["partitions"]:
             entry["records"] = blobs.hold(entry["records"])
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses,
+    return {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": responses,
             splice.RESULT_KEY: blobs, QUOTA_EXEMPT: followed}
