@@ -42,6 +42,14 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def registry_url(self) -> str:
+        """The first address of the broker's schema registry (schema.registry.listeners)."""
+        listeners = self.overrides.get("schema.registry.listeners", "")
+        if not listeners:
+            raise AttributeError("this broker has no schema.registry.listeners")
+        return listeners.split(",")[0].strip()
+
     def settings(self) -> dict[str, str]:
         """The broker's --override settings: the tests' defaults, then ``overrides``."""
         return {

@@ -41,6 +41,33 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
         b.stop()
 
 
+@pytest.fixture(scope="module")
+def registry_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker per module whose schema registry listens too (``registry_broker.registry_url``),
+    returned once the registry has loaded ``_schemas``."""
+    import urllib.request
+
+    from brokerproc import free_port
+    from helpers import wait_until
+
+    url = f"http://127.0.0.1:{free_port()}"
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
+                      overrides={"schema.registry.listeners": url}).start()
+
+    def loaded() -> bool:
+        try:
+            with urllib.request.urlopen(url + "/subjects", timeout=5) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_until(loaded, timeout=30, what="the schema registry to load")
+        yield b
+    finally:
+        b.stop()
+
+
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[type]:
     """Start brokers with custom overrides: ``broker_factory(overrides={...})``; all stopped at the end."""

@@ -155,6 +155,7 @@ def test_every_client_command(broker: BrokerProcess, place: str, monkeypatch: py
 
     reached: list[str] = []
     monkeypatch.setattr(demo_run, "_run", lambda client, *a: reached.append(client.bootstrap) or 0)
+    monkeypatch.setattr(demo_run, "registry_reachable", lambda url, config: True)  # the registry is _run's
     r = strom(*placed(place, bs, ["demo", "trucking"], "--data-dir", str(broker.data_dir.parent / f"demo-{place}")))
     assert r.exit_code == 0, r.output
     assert reached == [bs] and f"using the broker at {bs}" in r.output

@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from brokerproc import die_with_parent_hook
+from brokerproc import die_with_parent_hook, free_port
 from clusterproc import Cluster, read_partition
 from conftest import unique
 from helpers import confluent_produce, wait_until
@@ -117,15 +118,18 @@ def test_spark_sink_writes_to_a_replicated_topic(cluster: Cluster, tmp_path: Pat
     cluster.wait_full_isr(topic, 2)
 
 
-def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
+def test_trucking_demo_runs_against_the_cluster(cluster: Cluster, broker_factory: Any, tmp_path: Path) -> None:
     """`strom demo trucking` with the cluster as its broker: events in, alerts out, windows written,
-    while the leader of the events topic's first partition is moved by a controlled shutdown."""
+    while the leader of the events topic's first partition is moved by a controlled shutdown. The
+    events' schema is in the registry of a broker of its own (a registry need not be served by the
+    cluster whose topics use its ids)."""
     from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC
 
+    registry = broker_factory(overrides={"schema.registry.listeners": f"http://127.0.0.1:{free_port()}"})
     out = tmp_path / "demo-out"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
     demo = subprocess.Popen([sys.executable, "-m", "strom.cli.main", "demo", "trucking", "-b", cluster.bootstrap,
-                             "--duration", "0", "--rate", "100", "--speedup", "30", "--output", str(out)],
+                             "--registry", registry.registry_url, "--duration", "0", "--rate", "100", "--speedup", "30", "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True, preexec_fn=die_with_parent_hook())
     lines: list[str] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyspark
 import pytest
-from brokerproc import die_with_parent_hook
+from brokerproc import die_with_parent_hook, free_port
 from spark_helpers import batches, create_topic, kill_group, produce, read_committed, start_job
 from test_spark_trucking import MIN_VIOLATIONS, START_MS, expected_stats
 
@@ -96,11 +96,12 @@ def test_available_now_restarts_exactly_once_on_a_cluster(spark_cluster: Any, mo
 
 
 @pytest.mark.timeout(240)
-def test_trucking_demo_on_the_cluster(spark_cluster: Any, module_broker: Any, tmp_path: Path) -> None:
+def test_trucking_demo_on_the_cluster(spark_cluster: Any, registry_broker: Any, tmp_path: Path) -> None:
     """`strom demo trucking --master spark://...` runs the pipeline on the cluster: alerts are shown,
     Ctrl-C stops it cleanly with the summary, and nothing of Spark's start-up chatter is printed."""
     cmd = [sys.executable, "-m", "strom.cli.main", "demo", "trucking", "--master", spark_cluster.master_url,
-           "--bootstrap-server", module_broker.bootstrap, "--duration", "0", "--rate", "200", "--speedup", "30",
+           "--bootstrap-server", registry_broker.bootstrap, "--registry", registry_broker.registry_url,
+           "--duration", "0", "--rate", "200", "--speedup", "30",
            "--output", str(tmp_path / "out"),
            "--spark-conf", "spark.executor.memory=512m",
            "--spark-conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
@@ -140,14 +141,15 @@ def test_trucking_demo_on_the_cluster(spark_cluster: Any, module_broker: Any, tm
 
 
 @pytest.mark.timeout(240)
-def test_trucking_job_by_spark_submit(spark_cluster: Any, broker: Any, tmp_path: Path) -> None:
+def test_trucking_job_by_spark_submit(spark_cluster: Any, broker_factory: Any, tmp_path: Path) -> None:
     """The trucking job submitted with spark-submit to the cluster (as docs/spark.md shows) computes
     the alerts a plain-Python computation over the same seeded events gives."""
-    b = broker.bootstrap
+    broker = broker_factory(overrides={"schema.registry.listeners": f"http://127.0.0.1:{free_port()}"})
+    b, url = broker.bootstrap, broker.registry_url
     create_topic(b, EVENTS_TOPIC, 3)
     create_topic(b, ALERTS_TOPIC, 1)
     events = Simulator(seed=7, trucks=6, start_ms=START_MS, mean_gap_ms=300).events(1200)
-    produce_events(b, EVENTS_TOPIC, events)
+    produce_events(b, EVENTS_TOPIC, events, url)
     want = {k: v for k, v in expected_stats(events).items() if v["violations"] >= MIN_VIOLATIONS}
     assert want
 
@@ -157,7 +159,7 @@ def test_trucking_job_by_spark_submit(spark_cluster: Any, broker: Any, tmp_path:
            "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
            "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
            "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-           submit.__file__, "--bootstrap-server", b, "--output", str(tmp_path / "out"),
+           submit.__file__, "--bootstrap-server", b, "--registry", url, "--output", str(tmp_path / "out"),
            "--starting-offsets", "earliest", "--available-now"]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("SPARK_HOME", None)

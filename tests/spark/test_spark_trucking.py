@@ -50,27 +50,28 @@ def expected_stats(events: list[dict[str, Any]]) -> dict[tuple[int, int], dict[s
 
 
 @pytest.mark.timeout(300)
-def test_trucking_pipeline_matches_plain_python(spark: Any, module_broker: Any, tmp_path: Path) -> None:
+def test_trucking_pipeline_matches_plain_python(spark: Any, registry_broker: Any, tmp_path: Path) -> None:
     assert (job.WINDOW_SECONDS * 1000, job.WATERMARK_SECONDS * 1000, job.ALERT_MIN_VIOLATIONS) == (
         WINDOW_MS, WATERMARK_MS, MIN_VIOLATIONS)
-    b = module_broker.bootstrap
+    b, url = registry_broker.bootstrap, registry_broker.registry_url
     create_topic(b, EVENTS_TOPIC, 3)
     create_topic(b, ALERTS_TOPIC, 1)
     events = Simulator(seed=42, trucks=6, start_ms=START_MS, mean_gap_ms=300).events(1500)
     watermark = max(e["eventTime"] for e in events) - WATERMARK_MS
     assert watermark % WINDOW_MS != 0  # no window ends exactly on the final watermark
-    produce_events(b, EVENTS_TOPIC, events)
-    # A malformed record is dropped by the job, as the reference ignores it.
+    produce_events(b, EVENTS_TOPIC, events, url)  # Avro, by confluent-kafka's AvroSerializer
+    # A value that is not Avro (a JSON event, as the demo once wrote) is dropped by the job, as the
+    # reference ignores it.
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": b})
-    p.produce(EVENTS_TOPIC, value=b"{not json", key=b"bad")
+    p.produce(EVENTS_TOPIC, value=json.dumps(events[0]).encode(), key=b"bad")
     assert p.flush(10) == 0
 
     want = expected_stats(events)
     want_alerts = {k: v for k, v in want.items() if v["violations"] >= MIN_VIOLATIONS}
     assert len(want) >= 30 and 3 <= len(want_alerts) < len(want)  # the seed gives a meaningful mix
 
-    queries = job.start(spark, b, tmp_path / "out", tmp_path / "ck", trigger={"availableNow": True},
+    queries = job.start(spark, b, tmp_path / "out", tmp_path / "ck", registry_url=url, trigger={"availableNow": True},
                         source_options={"startingOffsets": "earliest"})
     for q in queries:
         q.awaitTermination(240)

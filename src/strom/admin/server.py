@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
-from strom.admin import api, snapshot
+from strom.admin import api, schemas, snapshot
 from strom.admin.collector import make_registry
 from strom.admin.hosts import AllowedHosts
 from strom.admin.login import AdminLogin
@@ -183,6 +183,8 @@ class AdminServer:
         self._sampler: asyncio.Task[None] | None = None
         self.history: deque[list[float]] = deque(maxlen=SAMPLES_KEPT)
         self.login = AdminLogin(broker)
+        # The broker's schema registry, for the schemas page: set when the broker serves one.
+        self.schema_reader: schemas.SchemaReader | None = None
         # https:// admin listeners: the ssl.* settings, per listener as listener.name.admin.ssl.*
         # (a missing or bad key stops the broker with one line naming it, as for Kafka listeners).
         self.tls = None
@@ -205,6 +207,7 @@ class AdminServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         api.add_routes(app)
+        schemas.add_routes(app, lambda: self.schema_reader)
         app.router.add_get("/", self.index)
         app.router.add_static("/static/", str(STATIC_DIR), append_version=False)
         self.app = app

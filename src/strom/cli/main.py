@@ -76,16 +76,19 @@ def broker(ctx: click.Context, config_path: Path | None, overrides: tuple[str, .
     from strom.broker.server import run_broker
 
     def setup(b: Any) -> None:
+        admin = None
         if b.config.admin_listeners:
             from strom.admin.server import attach  # aiohttp & co. only for a broker that serves HTTP
 
-            attach(b)
+            admin = attach(b)
         else:
             logging.getLogger("strom.admin").info("admin listener disabled (admin.listeners is empty)")
         if b.config.schema_registry_listeners:
             from strom.admin.registry import attach as attach_registry  # fastavro & co. only when it is on
 
-            attach_registry(b)
+            registry = attach_registry(b)
+            if admin is not None:
+                admin.schema_reader = registry.registry  # the console's schemas page reads it directly
         attach_from_environment(b)  # only a broker strom.testing started (see broker/faults.py)
 
     run_broker(config, setup=setup)
@@ -104,6 +107,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "acls": "strom.cli.acls:acls",
     "users": "strom.cli.users:users",
     "quotas": "strom.cli.quotas:quotas",
+    "schemas": "strom.cli.schemas:schemas",
     "bench": "strom.bench.cli:bench",
     "demo": "strom.demo.cli:demo",
     "dev-cluster": "strom.cli.dev_cluster:dev_cluster",

@@ -32,14 +32,17 @@ def demo() -> None:
 @click.option("--master", default="local[2]", show_default=True,
               help="Spark master: local[N], or spark://HOST:PORT of a standalone cluster whose workers can import "
                    "strom (docs/spark.md).")
+@click.option("--registry", default="http://127.0.0.1:8081", show_default=True, metavar="URL",
+              help="The schema registry of the broker at --bootstrap-server (an embedded broker brings its own).")
 @click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="A Spark setting for the demo's session (repeatable), e.g. spark.executor.memory=512m.")
 @client_options
 def trucking(duration: float, rate: float, speedup: float, trucks: int, output: Path, data_dir: Path,
-             master: str, spark_conf: tuple[str, ...], client: ClientOptions) -> None:
+             master: str, registry: str, spark_conf: tuple[str, ...], client: ClientOptions) -> None:
     """Truck geo-events -> Spark Structured Streaming -> alerts topic and Parquet table.
 
-    A simulator produces JSON events to truck-geo-events; a Spark job (strom source and sink) computes
+    A simulator produces Avro events (AvroSerializer, the broker's schema registry) to truck-geo-events;
+    a Spark job (strom source, from_avro, strom sink) computes
     per-driver violations and average speed in event-time windows, writes alerts for risky drivers to
     truck-alerts and the windows to Parquet. The alerts are shown as they arrive. If no broker answers
     at --bootstrap-server, an embedded strom broker is started. Spark runs in this process (local[2])
@@ -57,12 +60,12 @@ def trucking(duration: float, rate: float, speedup: float, trucks: int, output: 
         if not sep or not key.strip():
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--spark-conf")
         conf[key.strip()] = value
-    from strom.demo.trucking.run import run_demo
+    from strom.demo.trucking.run import NoRegistry, run_demo
     from strom.spark import WorkerSetupError
 
     try:
         code = run_demo(client, duration, rate, speedup, trucks, output.resolve(), data_dir.resolve(),
-                        master=master, spark_conf=conf)
-    except WorkerSetupError as e:  # Spark's Python workers cannot import strom: one line, no trace
+                        master=master, spark_conf=conf, registry=registry)
+    except (WorkerSetupError, NoRegistry) as e:  # Spark's Python workers cannot import strom: one line, no trace
         raise click.ClickException(str(e)) from None
     sys.exit(code)

@@ -6,6 +6,9 @@
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "events").load())
 
+Typed records: `from_avro(col, subject=..., registry_url=...)` and `to_avro(...)` decode and encode
+Confluent-framed Avro with schemas from a schema registry (docs/schema-registry.md).
+
 Install with `pip install strom[spark]` (pyspark >= 4.2, pyarrow). See docs/spark.md.
 """
 
@@ -17,6 +20,8 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
+from strom.spark.avro import from_avro, to_avro
+from strom.spark.avro_codec import AvroDecodeError
 from strom.spark.fetch import DataLossError
 from strom.spark.options import OptionError
 from strom.spark.source import StromDataSource, source_schema
@@ -24,8 +29,8 @@ from strom.spark.source import StromDataSource, source_schema
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DataLossError", "OptionError", "StromDataSource", "WorkerSetupError", "local_session", "register",
-           "source_schema"]
+__all__ = ["AvroDecodeError", "DataLossError", "OptionError", "StromDataSource", "WorkerSetupError", "from_avro",
+           "local_session", "register", "source_schema", "to_avro"]
 
 
 class WorkerSetupError(RuntimeError):

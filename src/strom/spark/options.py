@@ -187,6 +187,32 @@ READERS = ("auto", "direct", "consumer")
 
 
 @dataclass(frozen=True)
+class ValueAvro:
+    """strom's own source options valueAvroSubject, valueAvroMode and schema.registry.*: the reader
+    decodes the value column as from_avro does (strom.spark.avro), in its own Arrow path."""
+
+    subject: str
+    registry: dict[str, str]  # SchemaRegistryClient settings: url (schema.registry.url) and the others
+    mode: Literal["FAILFAST", "PERMISSIVE"] = "FAILFAST"
+
+
+def value_avro_options(options: Mapping[str, str]) -> ValueAvro | None:
+    subject = _get(options, "valueAvroSubject")
+    registry = {k[len("schema.registry."):]: str(v) for k, v in options.items()
+                if k.lower().startswith("schema.registry.")}
+    mode = (_get(options, "valueAvroMode") or "FAILFAST").strip().upper()
+    if subject is None:
+        if registry or _get(options, "valueAvroMode") is not None:
+            raise OptionError("options 'schema.registry.*' and 'valueAvroMode' go with 'valueAvroSubject'")
+        return None
+    if "url" not in registry:
+        raise OptionError("option 'valueAvroSubject' needs 'schema.registry.url'")
+    if mode not in ("FAILFAST", "PERMISSIVE"):
+        raise OptionError(f"option 'valueAvroMode': expected FAILFAST or PERMISSIVE, got {mode!r}")
+    return ValueAvro(subject, registry, "PERMISSIVE" if mode == "PERMISSIVE" else "FAILFAST")
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     client: ClientOptions
     subscription: Subscription
@@ -211,6 +237,7 @@ class SourceOptions:
     # How executors read: "direct" (Fetch requests decoded by compiled code, strom.spark.direct),
     # "consumer" (confluent-kafka, strom.spark.fetch) or "auto" (direct when it can).
     reader: Literal["auto", "direct", "consumer"] = "auto"
+    value_avro: ValueAvro | None = None  # valueAvroSubject: the value column decoded from Avro
 
     def direct_blockers(self) -> list[str]:
         """What keeps the direct reader from reading with these options (empty: nothing)."""
@@ -416,7 +443,10 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         fetch_offset_retry_interval_ms=_non_negative_int(options, "fetchOffset.retryIntervalMs", 10),
         arrow=_bool(options, "arrow", True),
         reader="direct" if reader == "direct" else "consumer" if reader == "consumer" else "auto",
+        value_avro=value_avro_options(options),
     )
+    if parsed.value_avro is not None and not parsed.arrow:
+        raise OptionError("option 'valueAvroSubject' needs arrow=true (the values are decoded a batch at a time)")
     if parsed.reader == "direct" and (blockers := parsed.direct_blockers()):
         raise OptionError(f"option 'reader': the direct reader cannot be used with {', '.join(blockers)} "
                           "(reader=auto would use the consumer reader)")

@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from strom.spark import direct, fetch, planning, sink
 from strom.spark.metadata import Metadata
@@ -40,6 +40,7 @@ from strom.spark.options import (
     partition_offsets_to_json,
     sink_options,
     source_options,
+    value_avro_options,
 )
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class _RangeReader:
 
     options: SourceOptions
     _metadata: Metadata | None
+    _decoder: Any = None  # valueAvroSubject: a strom.spark.avro_codec.Decoder
 
     def _meta(self) -> Metadata:
         if self._metadata is None:
@@ -124,16 +126,35 @@ class _RangeReader:
         if not isinstance(r, planning.OffsetRange):
             return iter(())  # Spark's placeholder partition when there is nothing to read
         if self.options.arrow:
-            return direct.read_range_any(self.options, r)
+            batches = direct.read_range_any(self.options, r)
+            if self._decoder is not None:  # valueAvroSubject: from_avro's decoding, in this worker
+                from strom.spark.avro import decode_values
+
+                return decode_values(batches, self._decoder)
+            return batches
         return fetch.read_range_tuples(self.options, r)
+
+    def _value_decoder(self, schema: StructType) -> Any:
+        """valueAvroSubject: the Decoder of the subject's latest schema, which must still be the one
+        the source's schema was typed with."""
+        va = self.options.value_avro
+        if va is None:
+            return None
+        from strom.spark.avro import decoded_type, value_decoder
+
+        decoder = value_decoder(va.subject, va.registry, va.mode)
+        if decoded_type(decoder) != schema["value"].dataType:
+            raise ValueError(f"the latest schema of {va.subject} changed while the query was planned: run it again")
+        return decoder
 
 
 class StromBatchReader(_RangeReader, DataSourceReader):
     """spark.read: startingOffsets (default earliest) to endingOffsets (default latest), read once."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None = None) -> None:
         self.options = options
         self._metadata = None
+        self._decoder = self._value_decoder(schema) if schema is not None else None
 
     def partitions(self) -> Sequence[InputPartition]:  # type: ignore[override]
         meta = self._meta()
@@ -152,9 +173,10 @@ class StromBatchReader(_RangeReader, DataSourceReader):
 class StromStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """spark.readStream: offsets are {"topic": {"partition": next offset}}, checkpointed by Spark."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None = None) -> None:
         self.options = options
         self._metadata = None
+        self._decoder = self._value_decoder(schema) if schema is not None else None
         self._target: PartitionOffsets | None = None   # Trigger.AvailableNow: where to stop
         self._latest: PartitionOffsets | None = None
         self._last_trigger = time.monotonic()
@@ -284,17 +306,25 @@ class StromDataSource(DataSource):
         return "strom"
 
     def schema(self) -> StructType:  # type: ignore[override]
-        return source_schema(_include_headers(self.options))
+        schema = source_schema(_include_headers(self.options))
+        va = value_avro_options(self.options or {})
+        if va is not None:  # valueAvroSubject: value typed by the subject's latest schema
+            from strom.spark.avro import decoded_type, value_decoder
+
+            fields = [StructField("value", decoded_type(value_decoder(va.subject, va.registry)), True)
+                      if f.name == "value" else f for f in schema.fields]
+            schema = StructType(fields)
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = source_options(self.options, streaming=False)
         _check_schema(schema, options)
-        return StromBatchReader(options)
+        return StromBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = source_options(self.options, streaming=True)
         _check_schema(schema, options)
-        return StromStreamReader(options)
+        return StromStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:  # type: ignore[override]
         _append_only(overwrite)

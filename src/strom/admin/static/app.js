@@ -1,5 +1,6 @@
 // strom console: plain JavaScript, no build step, no dependencies.
 // Hash routes: #/overview  #/cluster  #/topics  #/topics/NAME  #/messages/TOPIC/PARTITION  #/groups  #/groups/ID
+// #/transactions  #/transactions/ID  #/schemas  #/schemas/SUBJECT
 //             #/transactions  #/transactions/ID
 // Every page polls the REST API (/api/...) every POLL_MS, so it updates without a reload.
 "use strict";
@@ -849,6 +850,72 @@ pages.transaction = {
   },
 };
 
+// The schema registry's subjects (when the broker serves one: schema.registry.listeners).
+function schemaOff(root, id, answer) {
+  root.querySelector(id).replaceChildren(el("div", { class: "msg", text: answer.error ||
+    "This broker serves no schema registry (set schema.registry.listeners to turn it on)." }));
+}
+
+pages.schemas = {
+  mount(root) {
+    root.append(el("h1", {}, "Schemas", el("small", { id: "sc-sub" })));
+    root.append(el("div", { class: "cards", id: "sc-cards" }));
+    root.append(el("div", { class: "panel" }, el("div", { id: "sc-table" })));
+  },
+  async refresh(root) {
+    const r = await api("/api/schemas");
+    if (!r.enabled || r.error) { schemaOff(root, "#sc-table", r); return; }
+    root.querySelector("#sc-sub").textContent = `${r.subjects.length} subjects`;
+    root.querySelector("#sc-cards").replaceChildren(
+      card("Subjects", fmtNum(r.subjects.filter((s) => !s.deleted).length)),
+      card("Schemas", fmtNum(r.schemas), "distinct ids"),
+      card("Compatibility", r.compatibility, "global level", "sc-level"),
+      card("Mode", r.mode, "global"));
+    root.querySelector("#sc-table").replaceChildren(table(
+      ["Subject", "Versions", ["Latest", "num"], ["Id", "num"], "Type", "Compatibility", "Mode"],
+      r.subjects.map((s) => el("tr", { "data-subject": s.subject },
+        el("td", {}, el("a", { href: `#/schemas/${encodeURIComponent(s.subject)}`, text: s.subject }),
+          s.deleted ? el("span", { class: "badge Dead", text: "deleted" }) : null),
+        el("td", { text: s.versions.join(", ") || "–" }),
+        el("td", { class: "num", text: s.latest ? s.latest.version : "–" }),
+        el("td", { class: "num", text: s.latest ? s.latest.id : "–" }),
+        el("td", { text: s.latest ? s.latest.type : "–" }),
+        el("td", { text: s.compatibility + (s.own_compatibility ? "" : " (global)") }),
+        el("td", { text: s.mode }))),
+      "No subjects yet."));
+  },
+};
+
+pages.schema = {
+  mount(root, args) {
+    this.subject = args[0];
+    root.append(el("h1", {}, el("a", { href: "#/schemas", text: "Schemas" }), "›", el("span", { text: this.subject })));
+    root.append(el("div", { class: "cards", id: "sd-cards" }));
+    root.append(el("div", { id: "sd-versions" }));
+  },
+  async refresh(root) {
+    let r;
+    try {
+      r = await api(`/api/schemas/${encodeURIComponent(this.subject)}`);
+    } catch (e) {
+      root.querySelector("#sd-cards").replaceChildren(el("div", { class: "msg error", text: e.message }));
+      return;
+    }
+    if (!r.enabled || r.error) { schemaOff(root, "#sd-versions", r); return; }
+    root.querySelector("#sd-cards").replaceChildren(
+      card("Versions", fmtNum(r.versions.filter((v) => !v.deleted).length)),
+      card("Compatibility", r.compatibility, r.own_compatibility ? "the subject's own" : "the global level", "sd-level"),
+      card("Mode", r.mode));
+    root.querySelector("#sd-versions").replaceChildren(...r.versions.map((v) => el("div",
+      { class: "panel", "data-version": v.version },
+      el("h2", {}, `Version ${v.version}`, el("small", { text: ` id ${v.id} · ${v.type}` }),
+        v.deleted ? el("span", { class: "badge Dead", text: "soft-deleted" }) : null),
+      v.references.length ? el("p", { class: "muted", text: "References: " + v.references.map(
+        (x) => `${x.name} → ${x.subject} v${x.version}`).join(", ") }) : null,
+      el("pre", { class: "mono schema", text: v.schema }))));
+  },
+};
+
 // ------------------------------------------------------------------ router and polling
 
 function parseRoute() {
@@ -857,6 +924,7 @@ function parseRoute() {
   if (head === "topics" && parts.length > 1) return ["topic", parts.slice(1)];
   if (head === "groups" && parts.length > 1) return ["group", parts.slice(1)];
   if (head === "transactions" && parts.length > 1) return ["transaction", parts.slice(1)];
+  if (head === "schemas" && parts.length > 1) return ["schema", parts.slice(1)];
   if (head === "messages") return ["messages", parts.slice(1)];
   return [pages[head] ? head : "overview", []];
 }
@@ -876,7 +944,7 @@ function route() {
   const key = name + "/" + args.join("/");
   if (state.page && state.route === key) return;
   state.route = key;
-  const nav = { topic: "topics", group: "groups", transaction: "transactions" }[name] || name;
+  const nav = { topic: "topics", group: "groups", transaction: "transactions", schema: "schemas" }[name] || name;
   document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === nav));
   const root = document.getElementById("main");
   root.replaceChildren();

@@ -1,6 +1,7 @@
 """The trucking Structured Streaming job: events in, per-driver windowed statistics and alerts out.
 
-    events  = strom topic truck-geo-events, JSON values parsed (malformed ones dropped)
+    events  = strom topic truck-geo-events, Avro values decoded by from_avro with the subject's latest
+              schema (values that are not Avro of a registered schema dropped)
     stats   = per driver and 1-minute event-time window (watermark 30 s): events, violations by type,
               average and maximum speed                               -> Parquet table
     alerts  = the windows of drivers with at least 3 violations        -> strom topic truck-alerts
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC
+from strom.demo.trucking import ALERTS_TOPIC, EVENTS_SUBJECT, EVENTS_TOPIC
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -23,21 +24,24 @@ WINDOW_SECONDS = 60
 WATERMARK_SECONDS = 30
 ALERT_MIN_VIOLATIONS = 3
 
-EVENT_SCHEMA = ("truckId INT, driverId INT, driverName STRING, routeId INT, route STRING, eventType STRING, "
-                "latitude DOUBLE, longitude DOUBLE, speed INT, eventTime LONG")
 
 
-def read_events(spark: SparkSession, bootstrap: str, source_options: dict[str, str] | None = None) -> DataFrame:
+def read_events(spark: SparkSession, bootstrap: str, registry_url: str, source_options: dict[str, str] | None = None,
+                registry_config: dict[str, str] | None = None) -> DataFrame:
+    """The events as typed columns: from_avro with the subject's latest schema (PERMISSIVE: a value
+    that is not Avro of a registered schema becomes null, and is dropped)."""
     from pyspark.sql import functions as F
+
+    from strom.spark import from_avro
 
     reader = (spark.readStream.format("strom")
               .option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", EVENTS_TOPIC))
     for k, v in (source_options or {}).items():
         reader = reader.option(k, v)
-    parsed = reader.load().select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
-    return (parsed
-            .where(F.col("driverId").isNotNull() & F.col("eventTime").isNotNull() & F.col("eventType").isNotNull())
+    decoded = reader.load().select(from_avro("value", subject=EVENTS_SUBJECT, registry_url=registry_url,
+                                             mode="PERMISSIVE", registry_config=registry_config).alias("e"))
+    return (decoded.where(F.col("e").isNotNull()).select("e.*")
             .withColumn("eventTs", F.timestamp_millis("eventTime")))
 
 
@@ -77,23 +81,27 @@ def alerts(stats: DataFrame) -> DataFrame:
         )).alias("value"))
 
 
-def start(spark: SparkSession, bootstrap: str, output_dir: Path, checkpoint_dir: Path, *,
+def start(spark: SparkSession, bootstrap: str, output_dir: Path, checkpoint_dir: Path, *, registry_url: str,
           trigger: dict[str, Any] | None = None, source_options: dict[str, str] | None = None,
-          sink_options: dict[str, str] | None = None) -> list[StreamingQuery]:
+          sink_options: dict[str, str] | None = None,
+          registry_config: dict[str, str] | None = None) -> list[StreamingQuery]:
     """Start the two queries: alerts to the strom topic, aggregates to Parquet at output_dir/driver_stats.
+
+    The events' subject must have a schema in the registry at `registry_url` (from_avro types the
+    columns with its latest version when the queries are defined): see simulator.register_event_schema.
 
     `trigger` is passed to DataStreamWriter.trigger (e.g. {"processingTime": "2 seconds"} or
     {"availableNow": True}); `source_options` are extra options of the strom source, `sink_options`
     of the strom sink that writes the alerts.
     """
     trigger = trigger or {"processingTime": "2 seconds"}
-    stats_query = (driver_stats(read_events(spark, bootstrap, source_options))
+    stats_query = (driver_stats(read_events(spark, bootstrap, registry_url, source_options, registry_config))
                    .writeStream.format("parquet").outputMode("append")
                    .option("path", str(output_dir / "driver_stats"))
                    .option("checkpointLocation", str(checkpoint_dir / "driver_stats"))
                    .queryName("trucking_driver_stats")
                    .trigger(**trigger).start())
-    alerts_query = (alerts(driver_stats(read_events(spark, bootstrap, source_options)))
+    alerts_query = (alerts(driver_stats(read_events(spark, bootstrap, registry_url, source_options, registry_config)))
                     .writeStream.format("strom").outputMode("append")
                     .options(**(sink_options or {}))
                     .option("kafka.bootstrap.servers", bootstrap)

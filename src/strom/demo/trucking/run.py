@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from strom.cli.common import ClientOptions
-from strom.demo.trucking import ALERTS_TOPIC, EVENTS_TOPIC
+from strom.demo.trucking import ALERTS_TOPIC, EVENTS_SUBJECT, EVENTS_TOPIC
 
 READY_MARK = "ready: listening on"
 
@@ -49,14 +49,38 @@ def broker_reachable(client: ClientOptions) -> bool:
         return False
 
 
+def registry_config(client: ClientOptions) -> dict[str, str]:
+    """The schema registry client's settings from the demo's -X properties: the broker's SASL user as
+    HTTP Basic credentials (the registry takes the broker's users), its CA for https://."""
+    props = client.properties
+    config = {}
+    if "sasl.username" in props and "sasl.password" in props:
+        config["basic.auth.user.info"] = f"{props['sasl.username']}:{props['sasl.password']}"
+    if "ssl.ca.location" in props:
+        config["ssl.ca.location"] = props["ssl.ca.location"]
+    return config
+
+
+def registry_reachable(url: str, config: dict[str, str]) -> bool:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    try:
+        SchemaRegistryClient({**config, "url": url, "timeout": 5, "max.retries": 0}).get_subjects()
+        return True
+    except Exception:
+        return False
+
+
 @contextlib.contextmanager
-def embedded_broker(data_dir: Path, console: Console) -> Iterator[str]:
-    """A strom broker subprocess on a free 127.0.0.1 port with data in `data_dir`; yields its bootstrap."""
-    port, admin_port = _free_port(), _free_port()
+def embedded_broker(data_dir: Path, console: Console) -> Iterator[tuple[str, str]]:
+    """A strom broker subprocess on a free 127.0.0.1 port with data in `data_dir`, its schema registry
+    on another; yields its bootstrap and the registry's URL."""
+    port, admin_port, registry_port = _free_port(), _free_port(), _free_port()
     cmd = [sys.executable, "-m", "strom.cli.main", "broker",
            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={data_dir}",
            "--override", f"admin.listeners=http://127.0.0.1:{admin_port}",
+           "--override", f"schema.registry.listeners=http://127.0.0.1:{registry_port}",
            "--override", "group.initial.rebalance.delay.ms=0"]
     log_path = data_dir.parent / (data_dir.name + ".log")
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -79,11 +103,11 @@ def embedded_broker(data_dir: Path, console: Console) -> Iterator[str]:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError(f"the embedded strom broker did not start; see {log_path}")
-    bootstrap = f"127.0.0.1:{port}"
-    console.print(f"[green]started an embedded strom broker[/] on {bootstrap} (data in {data_dir}, "
-                  f"log {log_path}, console http://127.0.0.1:{admin_port}/)")
+    bootstrap, registry = f"127.0.0.1:{port}", f"http://127.0.0.1:{registry_port}"
+    console.print(f"[green]started an embedded strom broker[/] on {bootstrap} (schema registry {registry}, "
+                  f"data in {data_dir}, log {log_path}, console http://127.0.0.1:{admin_port}/)")
     try:
-        yield bootstrap
+        yield bootstrap, registry
     finally:
         proc.terminate()
         try:
@@ -121,18 +145,26 @@ def describe_alert(a: dict[str, Any]) -> str:
             f"avg speed {a['avgSpeed']:.1f}, max {a['maxSpeed']}")
 
 
+class NoRegistry(RuntimeError):
+    """The broker answers but no schema registry does at the URL given."""
+
+
 def run_demo(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
              data_dir: Path, console: Console | None = None, master: str = "local[2]",
-             spark_conf: dict[str, str] | None = None) -> int:
+             spark_conf: dict[str, str] | None = None, registry: str = "http://127.0.0.1:8081") -> int:
     console = console or Console()
     with contextlib.ExitStack() as stack:
         if broker_reachable(client):
-            console.print(f"using the broker at {client.bootstrap}")
+            console.print(f"using the broker at {client.bootstrap}, the schema registry at {registry}")
+            if not registry_reachable(registry, registry_config(client)):
+                raise NoRegistry(f"no schema registry answers at {registry}: start the broker with "
+                                 "schema.registry.listeners (make run does), or give --registry URL")
         else:
             console.print(f"no broker answers at {client.bootstrap}; starting one")
-            client = dataclasses.replace(client, bootstrap=stack.enter_context(embedded_broker(data_dir, console)))
+            bootstrap, registry = stack.enter_context(embedded_broker(data_dir, console))
+            client = dataclasses.replace(client, bootstrap=bootstrap)
         ensure_topics(client)
-        return _run(client, duration, rate, speedup, trucks, output, console, master, spark_conf or {})
+        return _run(client, duration, rate, speedup, trucks, output, console, master, spark_conf or {}, registry)
     return 0  # unreachable; for type checkers
 
 
@@ -180,11 +212,11 @@ def spark_session(master: str, log_path: Path, conf: dict[str, str]) -> Any:
 
 
 def _run(client: ClientOptions, duration: float, rate: float, speedup: float, trucks: int, output: Path,
-         console: Console, master: str = "local[2]", spark_conf: dict[str, str] | None = None) -> int:
+         console: Console, master: str, spark_conf: dict[str, str], registry: str) -> int:
     from confluent_kafka import Consumer
 
     from strom.demo.trucking import job
-    from strom.demo.trucking.simulator import LiveSimulator
+    from strom.demo.trucking.simulator import LiveSimulator, register_event_schema
 
     start_ms = int(time.time() * 1000)
     if output.exists():
@@ -192,10 +224,13 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
     output.mkdir(parents=True)
 
     errors: list[str] = []
-    sim = LiveSimulator(client.bootstrap, EVENTS_TOPIC, rate=rate, speedup=speedup, trucks=trucks,
-                        on_error=errors.append, properties=client.properties)
+    reg_config = registry_config(client)
+    schema_id = register_event_schema(registry, reg_config)  # from_avro types the job's columns with it
+    sim = LiveSimulator(client.bootstrap, EVENTS_TOPIC, registry, rate=rate, speedup=speedup, trucks=trucks,
+                        on_error=errors.append, properties=client.properties, registry_config=reg_config)
     sim.start()
-    console.print(f"simulator: {trucks} trucks, ~{rate:g} events/s to [bold]{EVENTS_TOPIC}[/], event time "
+    console.print(f"simulator: {trucks} trucks, ~{rate:g} events/s to [bold]{EVENTS_TOPIC}[/] in Avro (schema id "
+                  f"{schema_id}, subject {EVENTS_SUBJECT}), event time "
                   f"{speedup:g}x faster than the clock ({job.WINDOW_SECONDS}s windows close every "
                   f"~{job.WINDOW_SECONDS / speedup:.0f}s)")
     spark_log = output / "spark.log"
@@ -208,8 +243,8 @@ def _run(client: ClientOptions, duration: float, rate: float, speedup: float, tr
     # This run's events only: from the first record produced at or after its start.
     # The -X properties reach Spark's clients as the source's and sink's "kafka.*" options.
     kafka_options = {f"kafka.{k}": v for k, v in client.properties.items()}
-    queries = job.start(spark, client.bootstrap, output, output / "checkpoints",
-                        trigger={"processingTime": "2 seconds"},
+    queries = job.start(spark, client.bootstrap, output, output / "checkpoints", registry_url=registry,
+                        registry_config=reg_config, trigger={"processingTime": "2 seconds"},
                         source_options={**kafka_options, "startingTimestamp": str(start_ms),
                                         "startingOffsetsByTimestampStrategy": "latest"},
                         sink_options=kafka_options)

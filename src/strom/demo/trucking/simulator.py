@@ -1,6 +1,7 @@
 """Truck geo-location events: a seeded simulator, and a producer that plays it in (accelerated) real time.
 
-Each event is one JSON object:
+Each event is one Avro record (EVENT_SCHEMA), written by confluent-kafka's AvroSerializer against a
+schema registry, keyed by truck id:
 
     {"truckId": 12, "driverId": 23, "driverName": "Nadia Okafor", "routeId": 3,
      "route": "Memphis to Little Rock", "eventType": "Overspeed", "latitude": 35.1, "longitude": -90.7,
@@ -20,7 +21,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.demo.trucking import EVENTS_SUBJECT
+
 EVENT_TYPES = ("Normal", "Overspeed", "Lane Departure", "Unsafe following distance")
+
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "TruckGeoEvent", "namespace": "strom.demo.trucking",
+    "doc": "A truck's position and what its driver did, as the truck reported it.",
+    "fields": [
+        {"name": "truckId", "type": "int"},
+        {"name": "driverId", "type": "int"},
+        {"name": "driverName", "type": "string"},
+        {"name": "routeId", "type": "int"},
+        {"name": "route", "type": "string"},
+        {"name": "eventType", "type": "string", "doc": "Normal, Overspeed, Lane Departure, Unsafe following distance"},
+        {"name": "latitude", "type": "double"},
+        {"name": "longitude", "type": "double"},
+        {"name": "speed", "type": "int"},
+        {"name": "eventTime", "type": "long", "doc": "milliseconds since the epoch"},
+    ],
+}
 
 DRIVERS = (
     (11, "Ada Whitfield"), (12, "Bram Kovacs"), (13, "Carmen Ruiz"), (14, "Dmitri Sokolov"),
@@ -109,14 +129,42 @@ class Simulator:
         return [self.next_event() for _ in range(n)]
 
 
-def encode(event: dict[str, Any]) -> tuple[bytes, bytes]:
-    """(key, value) of an event's record: keyed by truck, so one truck's events stay in order."""
-    return str(event["truckId"]).encode(), json.dumps(event, separators=(",", ":")).encode()
+def registry_client(registry_url: str, registry_config: Mapping[str, str] | None = None) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({**dict(registry_config or {}), "url": registry_url})
 
 
-def produce_events(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> None:
+def register_event_schema(registry_url: str, registry_config: Mapping[str, str] | None = None,
+                          subject: str = EVENTS_SUBJECT) -> int:
+    """Register EVENT_SCHEMA under the events' subject (a no-op when it is there): its id."""
+    from confluent_kafka.schema_registry import Schema
+
+    return int(registry_client(registry_url, registry_config).register_schema(
+        subject, Schema(json.dumps(EVENT_SCHEMA), "AVRO")))
+
+
+class Encoder:
+    """(key, value) of an event's record: keyed by truck, so one truck's events stay in order; the
+    value in Avro, Confluent-framed, by confluent-kafka's AvroSerializer."""
+
+    def __init__(self, topic: str, registry_url: str, registry_config: Mapping[str, str] | None = None) -> None:
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        self.serialize = AvroSerializer(registry_client(registry_url, registry_config), json.dumps(EVENT_SCHEMA))
+        self.context = SerializationContext(topic, MessageField.VALUE)
+
+    def __call__(self, event: dict[str, Any]) -> tuple[bytes, bytes]:
+        value = self.serialize(event, self.context)
+        assert value is not None
+        return str(event["truckId"]).encode(), value
+
+
+def produce_events(bootstrap: str, topic: str, events: list[dict[str, Any]], registry_url: str) -> None:
     from confluent_kafka import Producer
 
+    encode = Encoder(topic, registry_url)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for e in events:
         key, value = encode(e)
@@ -134,11 +182,12 @@ class LiveSimulator(threading.Thread):
     """Plays a Simulator in real time, `speedup` times faster than the wall clock, at about `rate`
     events per wall-clock second, until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: float = 40.0, speedup: float = 10.0, trucks: int = 8,
-                 seed: int | None = None, on_error: Callable[[str], None] | None = None,
-                 properties: Mapping[str, str] | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, registry_url: str, rate: float = 40.0, speedup: float = 10.0,
+                 trucks: int = 8, seed: int | None = None, on_error: Callable[[str], None] | None = None,
+                 properties: Mapping[str, str] | None = None, registry_config: Mapping[str, str] | None = None) -> None:
         super().__init__(name="truck-simulator", daemon=True)
         self.bootstrap = bootstrap
+        self.encode = Encoder(topic, registry_url, registry_config)
         self.properties = dict(properties or {})  # extra librdkafka settings (strom demo -X)
         self.topic = topic
         self.rate = rate
@@ -166,7 +215,7 @@ class LiveSimulator(threading.Thread):
                 delay = due - time.monotonic()
                 if delay > 0 and self.stop_event.wait(delay):
                     break
-                key, value = encode(event)
+                key, value = self.encode(event)
                 try:
                     producer.produce(self.topic, value=value, key=key)
                 except BufferError:
