@@ -22,7 +22,7 @@ NOT_IN_BASE = {"pyspark", "py4j", "pyarrow", "playwright", "greenlet", "pytest",
 # What the broker and the strom command do need: if these were missing, the check would prove nothing.
 IN_BASE = {"strom", "kio", "crc32c", "cramjam", "aiohttp", "prometheus-client", "click", "rich",
            "javaproperties", "confluent-kafka",
-           "fastavro", "jsonschema", "protobuf"}  # the schema registry `make run` turns on
+           "fastavro", "jsonschema", "protobuf", "grpcio-tools"}  # the schema registry `make run` turns on
 
 
 def _normalized(name: str) -> str:

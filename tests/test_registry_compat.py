@@ -182,8 +182,10 @@ def test_protobuf_levels(what: str, old: str, new: str, expected: dict[str, bool
 
 
 def test_protobuf_needs_a_buildable_descriptor() -> None:
+    with pytest.raises(InvalidSchema, match="Expected"):  # protoc's own message, with line and column
+        parse("PROTOBUF", 'syntax = "proto3"; message M { int32 = 1; }')
     with pytest.raises(InvalidSchema, match="FileDescriptorProto"):
-        parse("PROTOBUF", 'syntax = "proto3"; message M {}')
+        parse("PROTOBUF", "bm90IGEgZGVzY3JpcHRvcg==")  # base64, but no FileDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(name="m.proto", syntax="proto3")
     file.message_type.add(name="M").field.add(name="x", number=1, type=F.TYPE_MESSAGE, type_name=".Missing",
                                              label=F.LABEL_OPTIONAL)

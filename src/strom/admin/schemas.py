@@ -43,7 +43,7 @@ def _version(sv: SchemaValue, with_schema: bool) -> dict[str, Any]:
 
 def _pretty(text: str, schema_type: str) -> str:
     if schema_type == "PROTOBUF":
-        return text  # the serialized FileDescriptorProto, base64, as the registry keeps it
+        return text  # .proto text, or the serialized FileDescriptorProto (base64), as registered
     try:
         return json.dumps(json.loads(text), indent=2)
     except ValueError:

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from strom.registry import errors
 from strom.registry.formats.parse import SCHEMA_TYPES
-from strom.registry.ops import NewSchema, Registry, render, schema_json
+from strom.registry.ops import NewSchema, Registry, schema_json
 
 REGISTRY_KEY: web.AppKey[Registry] = web.AppKey("registry", Registry)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -78,13 +78,14 @@ async def get_schema(request: web.Request) -> web.Response:
         out["schemaType"] = sv.schema_type
     if sv.references:
         out["references"] = [r.to_json() for r in sv.references]
-    out["schema"] = render(sv, request.query.get("format"))
+    out["schema"] = await _registry(request).render(sv, request.query.get("format"))
     return _answer(out)
 
 
 async def get_schema_text(request: web.Request) -> web.Response:
     sv = await _registry(request).schema_by_id(_id(request))
-    return web.Response(text=render(sv, request.query.get("format")), content_type="application/json")
+    return web.Response(text=await _registry(request).render(sv, request.query.get("format")),
+                        content_type="application/json")
 
 
 async def id_subjects(request: web.Request) -> web.Response:
@@ -132,13 +133,14 @@ async def lookup(request: web.Request) -> web.Response:
 async def get_version(request: web.Request) -> web.Response:
     sv = await _registry(request).version(request.match_info["subject"], request.match_info["version"],
                                           _flag(request, "deleted"))
-    return _answer(schema_json(sv, fmt=request.query.get("format")))
+    return _answer(schema_json(sv, text=await _registry(request).render(sv, request.query.get("format"))))
 
 
 async def get_version_schema(request: web.Request) -> web.Response:
     sv = await _registry(request).version(request.match_info["subject"], request.match_info["version"],
                                           _flag(request, "deleted"))
-    return web.Response(text=render(sv, request.query.get("format")), content_type="application/json")
+    return web.Response(text=await _registry(request).render(sv, request.query.get("format")),
+                        content_type="application/json")
 
 
 async def referenced_by(request: web.Request) -> web.Response:

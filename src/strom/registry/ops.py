@@ -3,14 +3,15 @@ state and sequenced writes. Each raises a RegistryError with Confluent's code wh
 
 from __future__ import annotations
 
-import base64
+import asyncio
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any
 
 from strom.registry import compat, errors
 from strom.registry import records as rec
-from strom.registry.formats import InvalidSchema, ParsedSchema
+from strom.registry.formats import InvalidSchema, ParsedSchema, protobuf
 from strom.registry.formats.parse import parse
 from strom.registry.records import Reference, SchemaValue
 from strom.registry.state import RegistryState
@@ -58,8 +59,8 @@ def parse_version(text: str) -> int | None:
     return version
 
 
-def schema_json(sv: SchemaValue, *, with_subject: bool = True, fmt: str | None = None) -> dict[str, Any]:
-    """A version as Confluent answers it."""
+def schema_json(sv: SchemaValue, *, with_subject: bool = True, text: str | None = None) -> dict[str, Any]:
+    """A version as Confluent answers it (``text``: the schema as rendered for the format asked)."""
     out: dict[str, Any] = {}
     if with_subject:
         out.update(subject=sv.subject, version=sv.version)
@@ -68,16 +69,8 @@ def schema_json(sv: SchemaValue, *, with_subject: bool = True, fmt: str | None =
         out["schemaType"] = sv.schema_type
     if sv.references:
         out["references"] = [r.to_json() for r in sv.references]
-    out["schema"] = render(sv, fmt)
+    out["schema"] = sv.schema if text is None else text
     return out
-
-
-def render(sv: SchemaValue, fmt: str | None) -> str:
-    """A Protobuf schema is kept serialized (base64 FileDescriptorProto): it is given so whatever the
-    format asked; ``serialized`` is accepted for every type."""
-    if sv.schema_type == "PROTOBUF" and fmt == "serialized":
-        return base64.standard_b64encode(base64.b64decode(sv.schema)).decode("ascii")
-    return sv.schema
 
 
 class Registry:
@@ -105,12 +98,62 @@ class Registry:
     def parsed(self, state: RegistryState, sv: SchemaValue) -> ParsedSchema:
         return _parse_cached(sv.schema_type, sv.schema, tuple(self._resolve(state, sv.references)))
 
-    def parse_new(self, state: RegistryState, new: NewSchema) -> ParsedSchema:
+    async def parse_new(self, state: RegistryState, new: NewSchema) -> ParsedSchema:
+        """Parsed in a thread: a Protobuf text is compiled by protoc in a subprocess."""
         refs = tuple(self._resolve(state, new.references))
         try:
-            return _parse_cached(new.schema_type, new.schema, refs)
+            return await asyncio.to_thread(_parse_cached, new.schema_type, new.schema, refs)
         except InvalidSchema as e:
             raise errors.invalid_schema(str(e)) from None
+
+    async def _warm(self, state: RegistryState, svs: list[SchemaValue]) -> None:
+        """Parse the stored Protobuf schemas among ``svs`` in a thread, so that the checks that
+        follow on the event loop (under the write lock) find them parsed."""
+        jobs = [(sv.schema_type, sv.schema, tuple(self._resolve(state, sv.references)))
+                for sv in svs if sv.schema_type == "PROTOBUF"]
+        if jobs:
+            await asyncio.to_thread(_parse_all, jobs)
+
+    def same(self, state: RegistryState, sv: SchemaValue, parsed: ParsedSchema,
+             references: tuple[Reference, ...]) -> bool:
+        """Whether the stored ``sv`` is the schema ``parsed`` (with these references): its canonical
+        text is the same (Avro and JSON store that; a Protobuf schema is stored as registered)."""
+        if sv.schema_type != parsed.schema_type or sv.references != references:
+            return False
+        if sv.schema in (parsed.canonical, parsed.stored):
+            return True
+        if sv.schema_type != "PROTOBUF":
+            return False
+        try:
+            return _canonical(sv.schema_type, sv.schema, tuple(self._resolve(state, sv.references))) == parsed.canonical
+        except (InvalidSchema, errors.RegistryError):
+            return False
+
+    def id_for(self, state: RegistryState, parsed: ParsedSchema, references: tuple[Reference, ...]) -> SchemaValue | None:
+        """The schema already given an id (in any subject) that is ``parsed``, if any."""
+        for versions in state.subjects.values():
+            for sv in versions.values():
+                if self.same(state, sv, parsed, references):
+                    return sv
+        return None
+
+    def _candidates(self, state: RegistryState, subject: str, references: tuple[Reference, ...]) -> list[SchemaValue]:
+        """What a registration compares and checks: the subject's live versions and every schema
+        with the same references."""
+        out = list(state.live(subject))
+        out += [sv for versions in state.subjects.values() for sv in versions.values() if sv.references == references]
+        return out
+
+    async def render(self, sv: SchemaValue, fmt: str | None) -> str:
+        """The schema text to answer: as stored, except a Protobuf text with ``format=serialized``:
+        its descriptor, base64 (a descriptor registered as such is given so whatever the format:
+        strom has no descriptor-to-text renderer). ``serialized`` is accepted for every type."""
+        if sv.schema_type != "PROTOBUF" or fmt != "serialized" or protobuf.is_serialized(sv.schema):
+            return sv.schema
+        state = await self.state()
+        refs = tuple(self._resolve(state, sv.references))
+        parsed = await asyncio.to_thread(_parse_cached, sv.schema_type, sv.schema, refs)
+        return str(parsed.parsed.serialized)
 
     # ------------------------------------------------------------------ modes and levels
 
@@ -131,23 +174,26 @@ class Registry:
 
     async def register(self, subject: str, new: NewSchema, normalize: bool = False) -> dict[str, Any]:
         state = await self.state()
-        parsed = self.parse_new(state, new)  # parsing is the slow part: outside the write lock
+        parsed = await self.parse_new(state, new)  # parsing is the slow part: outside the write lock
+        await self._warm(state, self._candidates(state, subject, new.references))
 
         def decide(state: RegistryState) -> tuple[list[Record], dict[str, Any]]:
             self._writable(state, subject)
             importing = self.mode(state, subject) == "IMPORT"
-            identity = (parsed.schema_type, parsed.canonical, new.references)
             versions = state.subjects.get(subject, {})
             for sv in state.live(subject):
-                if (sv.schema_type, sv.schema, sv.references) == identity and (new.id is None or new.id == sv.id):
+                if self.same(state, sv, parsed, new.references) and (new.id is None or new.id == sv.id):
                     return [], {"id": sv.id, "version": sv.version, "subject": subject}
+            text = parsed.stored
             if importing:
                 if new.id is None:
                     raise errors.not_permitted("IMPORT mode needs the schema's id")
                 taken = state.by_id(new.id)
-                if taken and (taken[0].schema_type, taken[0].schema, taken[0].references) != identity:
+                if taken and not self.same(state, taken[0], parsed, new.references):
                     raise errors.RegistryError(422, 42207, f"Schema id {new.id} is taken by another schema")
                 schema_id = new.id
+                if taken:
+                    text = taken[0].schema
             else:
                 if new.id is not None:
                     raise errors.not_permitted("a schema's id may be given only in IMPORT mode")
@@ -155,12 +201,15 @@ class Registry:
                                         [self.parsed(state, sv) for sv in state.live(subject)])
                 if problems:
                     raise errors.incompatible(problems)
-                found = state.id_for(identity)
-                schema_id = found if found is not None else state.max_id + 1
+                found = self.id_for(state, parsed, new.references)
+                # One id, one text: a schema given again in another form is stored as it was first.
+                schema_id = found.id if found is not None else state.max_id + 1
+                if found is not None:
+                    text = found.schema
             version = new.version if importing and new.version else max(versions, default=0) + 1
             if version in versions:
                 raise errors.not_permitted(f"Subject {subject} already has version {version}")
-            value = SchemaValue(subject, version, schema_id, parsed.canonical, parsed.schema_type, new.references)
+            value = SchemaValue(subject, version, schema_id, text, parsed.schema_type, new.references)
             return [(rec.schema_key(subject, version), rec.schema_value(value))], \
                 {"id": schema_id, "version": version, "subject": subject}
 
@@ -170,10 +219,10 @@ class Registry:
         state = await self.state()
         if not state.versions(subject, deleted=True):
             raise errors.subject_not_found(subject)
-        parsed = self.parse_new(state, new)
-        identity = (parsed.schema_type, parsed.canonical, new.references)
+        parsed = await self.parse_new(state, new)
+        await self._warm(state, state.versions(subject, deleted=deleted))
         for sv in reversed(state.versions(subject, deleted=deleted)):
-            if (sv.schema_type, sv.schema, sv.references) == identity:
+            if self.same(state, sv, parsed, new.references):
                 return schema_json(sv)
         raise errors.schema_not_found()
 
@@ -304,7 +353,8 @@ class Registry:
         """Why ``new`` is incompatible with the version (or, without one, with the versions the
         subject's level names); empty when it is compatible."""
         state = await self.state()
-        parsed = self.parse_new(state, new)
+        parsed = await self.parse_new(state, new)
+        await self._warm(state, state.live(subject))
         level = self.level(state, subject)
         if version_text is None:
             return compat.check(level, parsed, [self.parsed(state, sv) for sv in state.live(subject)])
@@ -365,3 +415,16 @@ def _parse_cached(schema_type: str, text: str, refs: tuple[tuple[str, str], ...]
     """Stored schemas are parsed again for each compatibility check; a parse depends on its text
     and its references' texts only."""
     return parse(schema_type, text, refs)
+
+
+@functools.cache
+def _canonical(schema_type: str, text: str, refs: tuple[tuple[str, str], ...]) -> str:
+    """A stored schema's canonical text, which registrations compare with every stored Protobuf
+    schema of the same references: kept for each (a Protobuf text takes a protoc run to parse)."""
+    return _parse_cached(schema_type, text, refs).canonical
+
+
+def _parse_all(jobs: list[tuple[str, str, tuple[tuple[str, str], ...]]]) -> None:
+    for job in jobs:
+        with contextlib.suppress(InvalidSchema):
+            _canonical(*job)

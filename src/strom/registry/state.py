@@ -7,11 +7,10 @@ import logging
 from dataclasses import dataclass, field
 
 from strom.registry import records as rec
-from strom.registry.records import Reference, SchemaValue
+from strom.registry.records import SchemaValue
 
 log = logging.getLogger("strom.registry")
 
-SchemaIdentity = tuple[str, str, tuple[Reference, ...]]  # type, canonical text, references
 
 
 @dataclass
@@ -91,14 +90,6 @@ class RegistryState:
     def by_id(self, schema_id: int) -> list[SchemaValue]:
         """Every version, soft-deleted ones too, that has this id (one schema, many subjects)."""
         return [sv for versions in self.subjects.values() for sv in versions.values() if sv.id == schema_id]
-
-    def id_for(self, identity: SchemaIdentity) -> int | None:
-        """The id already given to this schema (in any subject), if any."""
-        for versions in self.subjects.values():
-            for sv in versions.values():
-                if (sv.schema_type, sv.schema, sv.references) == identity:
-                    return sv.id
-        return None
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
         """Ids of live schemas that refer to this subject version."""
