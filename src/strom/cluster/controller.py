@@ -175,6 +175,9 @@ class Controller:
                 if new is not None:
                     changes.append((name, p, current, new))
         if changes:
+            # New leaders first: a broker in a controlled shutdown waits for those, not for the
+            # ISRs it leaves.
+            changes.sort(key=lambda c: c[2] is not None and c[2].leader == c[3].leader)
             await self.write_states(changes)
         for name, assignment in list(store.assignments.items()):
             if name not in deletes and (assignment.adding or assignment.removing):

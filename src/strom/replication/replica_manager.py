@@ -103,6 +103,11 @@ class ReplicaManager:
         # Told (topic, partition, leader epoch) on becoming a partition's leader, and with epoch -1
         # on ceasing to be it: the coordinators load and drop their state with it.
         self.leadership_listeners: list[Callable[[str, int, int], None]] = []
+        # Partitions whose logs are being made, by topic (topic id, partitions): a new topic's
+        # states arrive together, and their logs are made together in a thread (see _make_logs).
+        self._to_create: dict[str, tuple[Any, set[int]]] = {}
+        self._creating: set[TopicPartition] = set()
+        self._create_task: asyncio.Task[Any] | None = None
         store.listeners.append(self._on_event)
 
     # ---- what fetchers use (replication.fetcher.FetcherHost) ---------------------------------------
@@ -156,6 +161,8 @@ class ReplicaManager:
             return
         replicas = assignment.replicas.get(p, [])
         key = (topic, p)
+        if key in self._creating:
+            return  # applied once its log is made, with the state current then
         part = self.partitions.get(key)
         if self.broker_id not in replicas:
             if part is not None:
@@ -167,6 +174,9 @@ class ReplicaManager:
                 self._delete_replica(topic, p)
             return
         if part is None:
+            if self.logs.get_log(topic, p) is None:
+                self._make_log_later(topic, p, assignment.topic_id)
+                return
             plog = self._log_for(topic, p, assignment.topic_id)
             part = Partition(topic, p, plog, list(replicas), PartitionState(-2, -1, (), -1), self.broker_id)
             self.partitions[key] = part
@@ -186,6 +196,50 @@ class ReplicaManager:
                     self._tell_leadership(part, -1)
                 self._become_follower(part, state)
         self.purgatory.notify(key)  # waiting acks and fetches look again
+
+    def _make_log_later(self, topic: str, p: int, topic_id: Any) -> None:
+        entry = self._to_create.get(topic)
+        if entry is None or entry[0] != topic_id:
+            entry = self._to_create[topic] = (topic_id, set())
+        entry[1].add(p)
+        self._creating.add((topic, p))
+        if self._create_task is None or self._create_task.done():
+            self._create_task = self.spawn(self._make_logs())
+
+    async def _make_logs(self) -> None:
+        """Make the logs of the partitions that came here, a topic's at a time, with the file work
+        (directories, fsyncs) in a thread and not one partition per loop turn: the thousand
+        partitions of a new topic take a second, not the loop's attention for many. Each partition
+        is then applied with its state as the cache has it by then."""
+        lm = self.logs
+        loop = asyncio.get_running_loop()
+        while self._to_create:
+            topic, (topic_id, parts) = next(iter(self._to_create.items()))
+            del self._to_create[topic]
+            info = self.store.get_topic(topic)
+            cfg = self._topic_log_config(info) if info is not None else None
+            made = False
+            try:
+                new = lm.prepare_logs(topic, sorted(parts), topic_id, cfg)
+                try:
+                    await loop.run_in_executor(None, lm.make_logs, new)
+                except BaseException:
+                    lm.cancel_logs(new)
+                    raise
+                lm.add_logs(new)
+                made = True
+            except Exception:
+                log.exception("could not make the logs of %d partitions of %s", len(parts), topic)
+            finally:
+                for p in parts:
+                    self._creating.discard((topic, p))
+            assignment = self.store.assignments.get(topic)
+            if assignment is None or assignment.topic_id != topic_id:
+                self._topic_gone(topic)  # deleted meanwhile: its new logs go too
+                continue
+            if made:
+                for p in sorted(parts):
+                    self._apply(topic, p)
 
     def _log_for(self, topic: str, p: int, topic_id: Any) -> PartitionLog:
         lm = self.logs
