@@ -171,6 +171,8 @@ class Controller:
                 continue
             for p, replicas in sorted(assignment.replicas.items()):
                 current = store.state(name, p)
+                if current is None and not store.state_known(name, p):
+                    continue  # not read yet: its read brings another pass
                 new = self._next_state(name, replicas, current, usable, alive, leaving)
                 if new is not None:
                     changes.append((name, p, current, new))

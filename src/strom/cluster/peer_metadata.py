@@ -16,6 +16,7 @@ from kio.schema.metadata.v9 import request as md_req
 from kio.schema.types import TopicName
 
 from strom.cluster.client import BrokerConnection
+from strom.protocol.errors import ErrorCode as E
 
 if TYPE_CHECKING:
     from strom.cluster.zk_layout import BrokerRegistration
@@ -61,6 +62,8 @@ class PeerMetadata:
             async with asyncio.timeout(timeout_s):
                 while True:
                     response = await conn.request(3, METADATA_VERSION, body)
+                    if any(t.error_code == E.topic_authorization_failed for t in response.topics):
+                        return True  # it will not tell this broker's principal: nothing to wait for
                     led = {p.partition_index for t in response.topics if t.name == topic and t.error_code == 0
                            for p in t.partitions if p.leader_id >= 0}
                     if wanted <= led:

@@ -102,6 +102,7 @@ class ZkMetadataStore(TopicLookups):
         self._state_queue: list[tuple[tuple[str, int], uuid.UUID, PartitionState | None]] = []
         self._state_flush_posted = False
         self._states_unread: set[tuple[str, int]] = set()  # reads lost with the connection
+        self._states_read: set[tuple[str, int]] = set()  # the loop: read at least once (made or not)
         self._reread_posted = False
         self._lock = threading.Lock()  # guards the "watched" collections and the state queue
         self._registration: BrokerRegistration | None = None
@@ -421,13 +422,20 @@ class ZkMetadataStore(TopicLookups):
         current = self.assignments.get(key[0])
         if current is None or current.topic_id != topic_id:
             return False
+        first = key not in self._states_read
+        self._states_read.add(key)
         if state is None:
-            return self.states.pop(key, None) is not None
+            return self.states.pop(key, None) is not None or first
         old = self.states.get(key)
         if old is not None and (old == state or old.zk_version > state.zk_version):
             return False  # the same, or a read overtaken by a newer one
         self.states[key] = state
         return True
+
+    def state_known(self, topic: str, partition: int) -> bool:
+        """Whether the partition's state znode has been read (it may not exist): until then a
+        missing state in the cache says nothing."""
+        return (topic, partition) in self._states_read
 
     def learned_state(self, topic: str, partition: int, state: PartitionState) -> None:
         """The loop: a state this broker has just written (the controller), in the cache now rather
@@ -498,6 +506,7 @@ class ZkMetadataStore(TopicLookups):
                 self._state_watchers.pop((name, p), None)
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
+        self._states_read -= {k for k in self._states_read if k[0] == name}
 
     def live_brokers_in_zookeeper(self) -> dict[int, str | None]:
         """The registered brokers read from ZooKeeper itself, as Kafka's topic creation reads them:

@@ -108,6 +108,9 @@ class ReplicaManager:
         self._to_create: dict[str, tuple[Any, set[int]]] = {}
         self._creating: set[TopicPartition] = set()
         self._create_task: asyncio.Task[Any] | None = None
+        # Changes are acted on once start() has taken up what the cache held: before that the
+        # logs on disk are not loaded yet.
+        self._started = False
         store.listeners.append(self._on_event)
 
     # ---- what fetchers use (replication.fetcher.FetcherHost) ---------------------------------------
@@ -125,7 +128,9 @@ class ReplicaManager:
     # ---- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take up every partition the cache (already loaded) assigns to this broker."""
+        """Take up every partition the cache assigns to this broker (the logs loaded); later
+        changes are taken up as they come."""
+        self._started = True
         for topic, assignment in list(self.store.assignments.items()):
             for p in assignment.replicas:
                 self._apply(topic, p)
@@ -141,6 +146,8 @@ class ReplicaManager:
     # ---- state changes ---------------------------------------------------------------------------
 
     def _on_event(self, event: ClusterEvent) -> None:
+        if not self._started:
+            return
         if event.kind == "state" and event.topic is not None and event.partition is not None:
             self._apply(event.topic, event.partition)
         elif event.kind == "topic" and event.topic is not None:
@@ -220,14 +227,21 @@ class ReplicaManager:
             cfg = self._topic_log_config(info) if info is not None else None
             made = False
             try:
-                new = lm.prepare_logs(topic, sorted(parts), topic_id, cfg)
+                new = lm.prepare_logs(topic, sorted(p for p in parts if lm.get_log(topic, p) is None), topic_id, cfg)
                 try:
                     await loop.run_in_executor(None, lm.make_logs, new)
                 except BaseException:
                     lm.cancel_logs(new)
                     raise
-                lm.add_logs(new)
+                logs = lm.add_logs(new)
                 made = True
+                # The topic's configs may have come while the files were made (their own watch):
+                # the new logs take them as they are now.
+                info = self.store.get_topic(topic)
+                if info is not None:
+                    cfg = self._topic_log_config(info)
+                    for plog in logs:
+                        plog.config = cfg
             except Exception:
                 log.exception("could not make the logs of %d partitions of %s", len(parts), topic)
             finally:
@@ -430,6 +444,7 @@ class ReplicaManager:
         part.isr_change_in_flight = True
         proposed = PartitionState(part.state.leader, part.state.leader_epoch, isr, part.state.controller_epoch,
                                   part.state.zk_version)
+        before = part.state.isr
 
         async def write() -> None:
             try:
@@ -443,7 +458,7 @@ class ReplicaManager:
             if written is None or current is not part or not part.is_leader \
                     or part.leader_epoch != written.leader_epoch:
                 return
-            log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(part.state.isr), list(isr), why)
+            log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(before), list(isr), why)
             if why == "shrink":
                 self.isr_shrinks += 1
             else:
