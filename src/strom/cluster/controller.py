@@ -169,10 +169,13 @@ class Controller:
         for name, assignment in list(store.assignments.items()):
             if name in deletes:
                 continue
+            # A new topic's states are made once all of them have been read as missing (each read
+            # brings another pass): in one batch, not in as many as the reads came in.
+            unread = any(store.state(name, p) is None and not store.state_known(name, p) for p in assignment.replicas)
             for p, replicas in sorted(assignment.replicas.items()):
                 current = store.state(name, p)
-                if current is None and not store.state_known(name, p):
-                    continue  # not read yet: its read brings another pass
+                if current is None and unread:
+                    continue
                 new = self._next_state(name, replicas, current, usable, alive, leaving)
                 if new is not None:
                     changes.append((name, p, current, new))
