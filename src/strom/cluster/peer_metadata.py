@@ -1,8 +1,9 @@
-"""PeerMetadata: whether the other live brokers' Metadata answers show a leader for every partition
-of a topic, asked of each of them over the inter-broker listener (a Metadata request, as any client
-would send). CreateTopics answers once they do: a client that asks any broker right after the answer
-finds every leader (docs/cluster.md). Each broker learns the leaders from ZooKeeper on its own, so
-the broker that took the request cannot know otherwise when the others have them.
+"""PeerMetadata: whether every live broker's Metadata answer shows a leader for every partition
+of a topic, asked of each of them (this one too) over the inter-broker listener (a Metadata request,
+as any client would send). CreateTopics answers once they do: a client that asks any broker right
+after the answer finds every leader, and the leader serves it (a broker names itself leader only once
+it has taken the partition up; docs/cluster.md). Each broker learns the leaders from ZooKeeper on its
+own, so the broker that took the request cannot know otherwise when the others have them.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ class PeerMetadata:
         self._security = security
 
     async def wait_for_leaders(self, topic: str, partitions: range, timeout_s: float) -> list[int]:
-        """Until every other live broker's Metadata shows a leader for each of ``partitions`` of
+        """Until every live broker's Metadata shows a leader for each of ``partitions`` of
         ``topic``, or ``timeout_s`` is up; the brokers that did not (a broker that cannot be reached,
         stopping say, is not waited for)."""
-        others = {b: reg for b, reg in self._brokers().items() if b != self.broker_id}
+        # This broker too: a broker named leader answers so only once it serves the partition.
+        others = dict(self._brokers())
         results = await asyncio.gather(*(self._wait_one(b, reg, topic, partitions, timeout_s)
                                          for b, reg in others.items()))
         return [b for b, ok in zip(others, results, strict=True) if not ok]

@@ -29,6 +29,8 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.retry import KazooRetry
@@ -47,6 +49,7 @@ from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAss
 log = logging.getLogger("strom.cluster")
 
 T = TypeVar("T")
+_ISR_BATCH = 500  # ISR changes per ZooKeeper transaction (each a compare-and-set of ~150 bytes)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -663,3 +666,28 @@ class ZkMetadataStore(TopicLookups):
         except (BadVersionError, NoNodeError):
             return None
         return PartitionState(new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version)
+
+    def update_isrs(self, changes: list[tuple[str, int, PartitionState]]) -> list[PartitionState | None]:
+        """Blocking: ``update_isr`` for many partitions, up to _ISR_BATCH per transaction. A change
+        refused in one (its state changed meanwhile) comes back None and the rest are committed."""
+        out: list[PartitionState | None] = [None] * len(changes)
+        for start in range(0, len(changes), _ISR_BATCH):
+            pending = list(range(start, min(start + _ISR_BATCH, len(changes))))
+            while pending:
+                txn = self.zk.transaction()
+                for i in pending:
+                    topic, p, new = changes[i]
+                    txn.set_data(zl.state_path(topic, p), zl.encode_state(new), version=new.zk_version)
+                results = txn.commit()
+                failed = {pending[k] for k, r in enumerate(results)
+                          if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))}
+                if not failed:
+                    if any(isinstance(r, Exception) for r in results):
+                        raise RuntimeError(f"ISR transaction failed: {results!r}")
+                    for k, i in enumerate(pending):
+                        new = changes[i][2]
+                        out[i] = PartitionState(new.leader, new.leader_epoch, new.isr, new.controller_epoch,
+                                                results[k].version)
+                    break
+                pending = [i for i in pending if i not in failed]
+        return out

@@ -71,7 +71,7 @@ class ReplicaStates(Protocol):
     def listeners(self) -> list[Callable[[ClusterEvent], None]]: ...
     def get_topic(self, name: str) -> TopicInfo | None: ...
     def state(self, topic: str, partition: int) -> PartitionState | None: ...
-    def update_isr(self, topic: str, partition: int, new: PartitionState) -> PartitionState | None: ...
+    def update_isrs(self, changes: list[tuple[str, int, PartitionState]]) -> list[PartitionState | None]: ...
     async def run(self, fn: Callable[..., T], *args: Any) -> T: ...
 
 
@@ -111,6 +111,9 @@ class ReplicaManager:
         # Changes are acted on once start() has taken up what the cache held: before that the
         # logs on disk are not loaded yet.
         self._started = False
+        # ISR changes waiting for the write in flight (partition, proposed state, why, ISR before).
+        self._isr_queue: list[tuple[Partition, PartitionState, str, tuple[int, ...]]] = []
+        self._isr_task: asyncio.Task[Any] | None = None
         store.listeners.append(self._on_event)
 
     # ---- what fetchers use (replication.fetcher.FetcherHost) ---------------------------------------
@@ -333,6 +336,10 @@ class ReplicaManager:
 
     # ---- for handlers ----------------------------------------------------------------------------
 
+    def taking_up(self, topic: str, p: int) -> bool:
+        """Whether this partition came here and its log is still being made."""
+        return (topic, p) in self._creating
+
     def leader_partition(self, topic: str, p: int, current_leader_epoch: int = -1) -> tuple[Partition | None, int]:
         """The partition if this broker leads it (at ``current_leader_epoch`` when given), else
         None and Kafka's error: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
@@ -438,36 +445,42 @@ class ReplicaManager:
             self.purgatory.notify(part.key)
 
     def _change_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
-        """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written."""
+        """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written. The
+        changes proposed while a write is out go together in the next one (a restarted broker
+        rejoins thousands of ISRs: a few ZooKeeper transactions, not a round trip each)."""
         if part.isr_change_in_flight:
             return
         part.isr_change_in_flight = True
         proposed = PartitionState(part.state.leader, part.state.leader_epoch, isr, part.state.controller_epoch,
                                   part.state.zk_version)
-        before = part.state.isr
+        self._isr_queue.append((part, proposed, why, part.state.isr))
+        if self._isr_task is None or self._isr_task.done():
+            self._isr_task = self.spawn(self._write_isrs())
 
-        async def write() -> None:
+    async def _write_isrs(self) -> None:
+        while self._isr_queue:
+            batch, self._isr_queue = self._isr_queue, []
             try:
-                written = await self.store.run(self.store.update_isr, part.topic, part.partition, proposed)
-            except Exception as e:  # ZooKeeper unreachable: the ISR stays as it is
-                log.warning("%s-%d: could not %s the ISR to %s: %s", part.topic, part.partition, why, list(isr), e)
-                written = None
-            finally:
+                written_all = await self.store.run(self.store.update_isrs,
+                                                   [(part.topic, part.partition, new) for part, new, _, _ in batch])
+            except Exception as e:  # ZooKeeper unreachable: the ISRs stay as they are
+                log.warning("could not write %d ISR changes (%s-%d: %s the ISR to %s, ...): %s", len(batch),
+                            batch[0][0].topic, batch[0][0].partition, batch[0][2], list(batch[0][1].isr), e)
+                written_all = [None] * len(batch)
+            for (part, proposed, why, before), written in zip(batch, written_all, strict=True):
                 part.isr_change_in_flight = False
-            current = self.partitions.get(part.key)
-            if written is None or current is not part or not part.is_leader \
-                    or part.leader_epoch != written.leader_epoch:
-                return
-            log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(before), list(isr), why)
-            if why == "shrink":
-                self.isr_shrinks += 1
-            else:
-                self.isr_expands += 1
-            part.state = written
-            self._after_hw_inputs_changed(part)
-            self.purgatory.notify(part.key)
-
-        self.spawn(write())
+                current = self.partitions.get(part.key)
+                if written is None or current is not part or not part.is_leader \
+                        or part.leader_epoch != written.leader_epoch:
+                    continue
+                log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(before), list(proposed.isr), why)
+                if why == "shrink":
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
+                part.state = written
+                self._after_hw_inputs_changed(part)
+                self.purgatory.notify(part.key)
 
     async def _isr_shrink_loop(self) -> None:
         lag_max = self.config.replica_lag_time_max_ms
