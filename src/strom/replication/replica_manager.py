@@ -51,6 +51,10 @@ T = TypeVar("T")
 AppendEntry = tuple[str, int, "bytes | bytearray | memoryview | None"]
 
 
+# New partitions whose logs are made in one go (in a thread), then taken up together.
+_MAKE_LOGS_CHUNK = 500
+
+
 def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
     """Which of a leader's ``fetchers`` copies this partition: stable across restarts (crc32, not
     Python's salted hash) so a partition keeps its fetcher."""
@@ -224,8 +228,14 @@ class ReplicaManager:
         lm = self.logs
         loop = asyncio.get_running_loop()
         while self._to_create:
-            topic, (topic_id, parts) = next(iter(self._to_create.items()))
-            del self._to_create[topic]
+            topic, (topic_id, waiting) = next(iter(self._to_create.items()))
+            # The partitions led here first, in chunks: a leader serves (and Metadata names it) as
+            # soon as its log is made, while the followers' logs are still being made.
+            led = sorted(p for p in waiting if (s := self.store.state(topic, p)) is not None and s.leader == self.broker_id)
+            parts = set((led or sorted(waiting))[:_MAKE_LOGS_CHUNK])
+            waiting -= parts
+            if not waiting:
+                del self._to_create[topic]
             info = self.store.get_topic(topic)
             cfg = self._topic_log_config(info) if info is not None else None
             made = False
@@ -252,6 +262,10 @@ class ReplicaManager:
                     self._creating.discard((topic, p))
             assignment = self.store.assignments.get(topic)
             if assignment is None or assignment.topic_id != topic_id:
+                rest = self._to_create.get(topic)
+                if rest is not None and rest[0] == topic_id:
+                    del self._to_create[topic]
+                    self._creating.difference_update((topic, p) for p in rest[1])
                 self._topic_gone(topic)  # deleted meanwhile: its new logs go too
                 continue
             if made:
