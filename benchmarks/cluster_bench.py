@@ -883,6 +883,13 @@ def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.
 
     took = wait_until(full, args.isr_timeout, 0.2)
     res["create_isr_full_s"] = None if took is None else res["create_answer_s"] + took
+
+    def logs_made() -> bool:  # every replica's log directory made, its partition.metadata in place
+        return all(sum(1 for _ in node.data_dir.glob(f"{topic}-*/partition.metadata")) == partitions
+                   for node in cluster.nodes.values())
+
+    took = wait_until(logs_made, args.isr_timeout, 0.2)
+    res["create_logs_made_s"] = None if took is None else time.perf_counter() - t0
     # The broker (not the controller) leading the most partitions: SIGTERM.
     states = states_now(cluster, topic, partitions)
     ctrl = cluster.controller()
@@ -946,12 +953,14 @@ def scale(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[str
                 runs.append(r)
                 log(f"  rep {rep + 1}/{args.repetitions} {size} partitions {b:<4}: CreateTopics answered "
                     f"{fmt(r['create_answer_s'])} s, leaderless in each broker's Metadata right after "
-                    f"{r['leaderless_after_answer']}, every ISR full {fmt(r['create_isr_full_s'])} s; SIGTERM of a "
+                    f"{r['leaderless_after_answer']}, every ISR full {fmt(r['create_isr_full_s'])} s, every replica's log "
+                    f"made {fmt(r['create_logs_made_s'])} s; SIGTERM of a "
                     f"broker leading {r['victim_led']}: all moved {fmt(r['leaderships_moved_s'])} s, exited "
                     f"{fmt(r['shutdown_exit_s'])} s, still led by it {r['led_by_stopped_broker']} "
                     f"({r['victim_log']}); restarted: every ISR full {fmt(r['rejoin_isr_full_s'])} s")
     summary: dict[str, Any] = {}
-    keys = ["create_answer_s", "create_isr_full_s", "leaderships_moved_s", "shutdown_exit_s", "rejoin_isr_full_s"]
+    keys = ["create_answer_s", "create_isr_full_s", "create_logs_made_s", "leaderships_moved_s", "shutdown_exit_s",
+            "rejoin_isr_full_s"]
     for size in sizes:
         for b in builds:
             rs = [r for r in runs if r["partitions"] == size and r["build"] == b]
@@ -965,7 +974,8 @@ def print_scale(res: dict[str, Any]) -> None:
     print(f"\nscale (3 brokers, RF=3; alt = {res['alt_src']})")
     for name, s in res["summary"].items():
         print(f"  {name:<12} create answered {fmt_spread(s['create_answer_s'], ' s')}, leaderless right after "
-              f"(worst broker) {s['leaderless_after_answer_max']}, ISR full {fmt_spread(s['create_isr_full_s'], ' s')}; "
+              f"(worst broker) {s['leaderless_after_answer_max']}, ISR full {fmt_spread(s['create_isr_full_s'], ' s')}, "
+              f"every log made {fmt_spread(s['create_logs_made_s'], ' s')}; "
               f"controlled shutdown: all moved {fmt_spread(s['leaderships_moved_s'], ' s')}, exited "
               f"{fmt_spread(s['shutdown_exit_s'], ' s')}; rejoin ISR full {fmt_spread(s['rejoin_isr_full_s'], ' s')}")
 
