@@ -478,8 +478,9 @@ class ReplicaManager:
                 written_all = await self.store.run(self.store.update_isrs,
                                                    [(part.topic, part.partition, new) for part, new, _, _ in batch])
             except Exception as e:  # ZooKeeper unreachable: the ISRs stay as they are
-                log.warning("could not write %d ISR changes (%s-%d: %s the ISR to %s, ...): %s", len(batch),
-                            batch[0][0].topic, batch[0][0].partition, batch[0][2], list(batch[0][1].isr), e)
+                first, proposed, why, _ = batch[0]
+                log.warning("%s-%d: could not %s the ISR to %s: %s%s", first.topic, first.partition, why,
+                            list(proposed.isr), e, f" (nor {len(batch) - 1} more ISR changes)" if len(batch) > 1 else "")
                 written_all = [None] * len(batch)
             for (part, proposed, why, before), written in zip(batch, written_all, strict=True):
                 part.isr_change_in_flight = False
