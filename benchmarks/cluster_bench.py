@@ -811,6 +811,176 @@ def print_failover(res: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# 4. Scale: CreateTopics of thousands of partitions, a controlled shutdown of a broker leading a third
+# of them, and its return (issue 28)
+
+
+def states_now(cluster: LocalCluster, topic: str, partitions: int) -> list[Any]:
+    """Every partition's state as ZooKeeper has it, read with pipelined gets (one poll of 3,000
+    partitions in a few hundred ms)."""
+    from kazoo.exceptions import NoNodeError
+
+    from strom.cluster import zk_layout as zl
+
+    zk = cluster.kazoo
+    pending = [zk.get_async(zl.state_path(topic, p)) for p in range(partitions)]
+    out: list[Any] = []
+    for r in pending:
+        try:
+            data, stat = r.get(timeout=30)
+            out.append(zl.decode_state(data, stat.version))
+        except NoNodeError:
+            out.append(None)
+    return out
+
+
+def leaderless_in_metadata(bootstrap: str, topic: str, partitions: int) -> int:
+    """Partitions of ``topic`` without a leader in this one broker's Metadata answer."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            tmd = admin.list_topics(topic, timeout=10).topics.get(topic)
+            break
+        except KafkaException:  # the broker too busy to answer within 10 s: a finding, and ask again
+            if time.monotonic() > deadline:
+                return -1
+    if tmd is None or tmd.error is not None:
+        return partitions
+    return partitions - sum(1 for p in tmd.partitions.values() if p.leader >= 0)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> float | None:
+    """Seconds until ``check`` held (from the call), or None after ``timeout``."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        with contextlib.suppress(Exception):
+            if check():
+                return time.perf_counter() - t0
+        time.sleep(interval)
+    return None
+
+
+def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"scale-{rep}"
+    res: dict[str, Any] = {"partitions": partitions}
+    n = len(cluster.nodes)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": quiet_logger()})
+    t0 = time.perf_counter()
+    admin.create_topics([NewTopic(topic, partitions, n)], operation_timeout=120, request_timeout=150)[topic].result(180)
+    res["create_answer_s"] = time.perf_counter() - t0
+    # Right after the answer: every broker's own Metadata.
+    res["leaderless_after_answer"] = {b: leaderless_in_metadata(node.bootstrap, topic, partitions)
+                                      for b, node in cluster.nodes.items()}
+
+    def full() -> bool:
+        return all(s is not None and s.leader >= 0 and len(s.isr) == n for s in states_now(cluster, topic, partitions))
+
+    took = wait_until(full, args.isr_timeout, 0.2)
+    res["create_isr_full_s"] = None if took is None else res["create_answer_s"] + took
+
+    def logs_made() -> bool:  # every replica's log directory made, its partition.metadata in place
+        return all(sum(1 for _ in node.data_dir.glob(f"{topic}-*/partition.metadata")) == partitions
+                   for node in cluster.nodes.values())
+
+    took = wait_until(logs_made, args.isr_timeout, 0.2)
+    res["create_logs_made_s"] = None if took is None else time.perf_counter() - t0
+    # The broker (not the controller) leading the most partitions: SIGTERM.
+    states = states_now(cluster, topic, partitions)
+    ctrl = cluster.controller()
+    counts = {b: sum(1 for s in states if s is not None and s.leader == b) for b in cluster.nodes if b != ctrl}
+    victim = max(counts, key=lambda b: counts[b])
+    res["victim_led"] = counts[victim]
+    node = cluster.nodes[victim]
+    moved_at: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        t_start = time.perf_counter()
+        while not stop.is_set():
+            if not any(s is not None and s.leader == victim for s in states_now(cluster, topic, partitions)):
+                moved_at.append(time.perf_counter() - t_start)
+                return
+            time.sleep(0.05)
+
+    offset = node.log_path.stat().st_size
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    res["shutdown_exit_s"] = node.terminate(120)
+    watcher.join(30)
+    stop.set()
+    res["leaderships_moved_s"] = moved_at[0] if moved_at else None
+    with open(node.log_path, "rb") as f:
+        f.seek(offset)
+        said = [line for line in f.read().decode(errors="replace").splitlines() if "controlled shutdown" in line]
+    res["victim_log"] = said[-1].split("strom.cluster", 1)[-1].strip()[:200] if said else None
+    still = sum(1 for s in states_now(cluster, topic, partitions) if s is not None and s.leader == victim)
+    res["led_by_stopped_broker"] = still
+    # Back again: every ISR full.
+    t1 = time.perf_counter()
+    node.start()
+    took = wait_until(full, args.isr_timeout, 0.2)
+    res["rejoin_isr_full_s"] = None if took is None else time.perf_counter() - t1
+    # Leave the cluster as it was for the next repetition: no topic of this size around.
+    admin.delete_topics([topic], operation_timeout=60)[topic].result(90)
+    return res
+
+
+def scale(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[str, Any]:
+    builds = ["main", *(["alt"] if args.alt_src else [])]
+    sizes = [int(x) for x in args.scale_partitions.split(",")]
+    log(f"scale: ZooKeeper and a cluster of three per build {builds}; partitions {sizes}, RF=3")
+    zk = procs.zookeeper(workdir / "zookeeper-scale")
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repetitions):
+        for size in sizes:
+            for b in builds:
+                # A fresh cluster per run: the deleted topics of the runs before cost nothing.
+                c = procs.cluster(f"scale-{b}-{size}-{rep}", zk, workdir, {}, args.alt_src if b == "alt" else None)
+                try:
+                    r = scale_once(c, size, rep, args)
+                finally:
+                    c.stop()
+                    with contextlib.suppress(OSError):
+                        for node in c.nodes.values():
+                            shutil.rmtree(node.data_dir, ignore_errors=True)
+                r["build"] = b
+                runs.append(r)
+                log(f"  rep {rep + 1}/{args.repetitions} {size} partitions {b:<4}: CreateTopics answered "
+                    f"{fmt(r['create_answer_s'])} s, leaderless in each broker's Metadata right after "
+                    f"{r['leaderless_after_answer']}, every ISR full {fmt(r['create_isr_full_s'])} s, every replica's log "
+                    f"made {fmt(r['create_logs_made_s'])} s; SIGTERM of a "
+                    f"broker leading {r['victim_led']}: all moved {fmt(r['leaderships_moved_s'])} s, exited "
+                    f"{fmt(r['shutdown_exit_s'])} s, still led by it {r['led_by_stopped_broker']} "
+                    f"({r['victim_log']}); restarted: every ISR full {fmt(r['rejoin_isr_full_s'])} s")
+    summary: dict[str, Any] = {}
+    keys = ["create_answer_s", "create_isr_full_s", "create_logs_made_s", "leaderships_moved_s", "shutdown_exit_s",
+            "rejoin_isr_full_s"]
+    for size in sizes:
+        for b in builds:
+            rs = [r for r in runs if r["partitions"] == size and r["build"] == b]
+            summary[f"{size} {b}"] = {k: spread([r[k] for r in rs]) for k in keys}
+            summary[f"{size} {b}"]["leaderless_after_answer_max"] = max(
+                max(r["leaderless_after_answer"].values()) for r in rs)
+    return {"alt_src": str(args.alt_src) if args.alt_src else None, "runs": runs, "summary": summary}
+
+
+def print_scale(res: dict[str, Any]) -> None:
+    print(f"\nscale (3 brokers, RF=3; alt = {res['alt_src']})")
+    for name, s in res["summary"].items():
+        print(f"  {name:<12} create answered {fmt_spread(s['create_answer_s'], ' s')}, leaderless right after "
+              f"(worst broker) {s['leaderless_after_answer_max']}, ISR full {fmt_spread(s['create_isr_full_s'], ' s')}, "
+              f"every log made {fmt_spread(s['create_logs_made_s'], ' s')}; "
+              f"controlled shutdown: all moved {fmt_spread(s['leaderships_moved_s'], ' s')}, exited "
+              f"{fmt_spread(s['shutdown_exit_s'], ' s')}; rejoin ISR full {fmt_spread(s['rejoin_isr_full_s'], ' s')}")
+
+
+# --------------------------------------------------------------------------------------------------
 # 3. Follower lag, from the log end offsets in the segment files
 
 _BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength (what follows the length)
@@ -1109,7 +1279,7 @@ def interrupted_by_sigterm() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["throughput", "failover", "lag", "all"])
+    p.add_argument("what", choices=["throughput", "failover", "lag", "scale", "all"])
     p.add_argument("-n", "--repetitions", type=int, default=3)
     p.add_argument("--partitions", type=int, default=3, help="throughput, lag: partitions of the topic (default 3)")
     p.add_argument("--records", type=int, default=1_000_000, help="throughput: records per run (default 1,000,000)")
@@ -1138,6 +1308,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lag-seconds", type=float, default=30.0, help="lag: seconds of producing per run (default 30)")
     p.add_argument("--warmup-seconds", type=float, default=2.0, help="lag: left out at the start of each run")
     p.add_argument("--sample-ms", type=float, default=5.0, help="lag: sampling interval (default 5 ms)")
+    p.add_argument("--scale-partitions", default="3000", help="scale: partition counts (default 3000)")
+    p.add_argument("--isr-timeout", type=float, default=120.0, help="scale: how long to wait for full ISRs")
     p.add_argument("--workdir", type=Path, default=None, help="log directories (default: a temporary directory, removed)")
     p.add_argument("--json-out", type=Path, default=None, help="write the full report (every run) as JSON here")
     args = p.parse_args(argv)
@@ -1150,7 +1322,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupted_by_sigterm():
             for part in parts:
-                report[part] = {"throughput": throughput, "failover": failover, "lag": lag}[part](args, procs, workdir)
+                report[part] = {"throughput": throughput, "failover": failover, "lag": lag, "scale": scale}[part](args, procs, workdir)
     except KeyboardInterrupt:
         log("interrupted: stopping every process this run started")
         return 130
@@ -1170,7 +1342,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {m.get('cpus')} cores, {m.get('cpu', '?')}, load at start {' '.join(m.get('loadavg_at_start', []))}; "
           f"librdkafka {m.get('librdkafka')}\ncommand: {report['command']}")
     for part in parts:
-        {"throughput": print_throughput, "failover": print_failover, "lag": print_lag}[part](report[part])
+        {"throughput": print_throughput, "failover": print_failover, "lag": print_lag,
+         "scale": print_scale}[part](report[part])
     return 0
 
 

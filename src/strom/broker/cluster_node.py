@@ -117,14 +117,17 @@ class ClusterNode:
             return [f"{p.topic}-{p.partition}" for p in replicas.partitions.values()
                     if p.is_leader and any(b in live for b in p.isr if b != p.broker_id)]
 
+        led = replicas.led()
         while (left := movable()) and asyncio.get_running_loop().time() - started < timeout_s:
             await asyncio.sleep(0.02)
         took = asyncio.get_running_loop().time() - started
+        still = replicas.led()
         if left:
-            log.warning("controlled shutdown: %d leaderships not moved after %.1f s: %s", len(left), took, left[:10])
+            log.warning("controlled shutdown: %d of %d leaderships moved, %d not moved after %.1f s: %s",
+                        led - still, led, len(left), took, left[:10])
         else:
-            log.info("controlled shutdown: leaderships handed over in %.0f ms (%d still led here: no other "
-                     "in-sync replica)", took * 1000, replicas.led())
+            log.info("controlled shutdown: %d of %d leaderships moved in %.0f ms, none left to move (%d still "
+                     "led here: no other in-sync replica)", led - still, led, took * 1000, still)
 
     def _on_event(self, event: ClusterEvent) -> None:
         if event.kind == "broker_config":

@@ -118,9 +118,14 @@ class Broker:
             on_topic_config=self.config_admin.apply_topic, on_client_append=self.metrics.produced)
         if zk is not None and zk_credentials is not None:
             from strom.broker.cluster_node import ClusterNode
+            from strom.cluster.peer_metadata import PeerMetadata
 
             self.cluster = ClusterNode(zk, zk_credentials, self.live_config, self.replica_manager,
                                        self.config_admin.apply_broker_config, self.topics.log_config, self.spawn)
+            # CreateTopics answers once every broker's Metadata shows the new leaders.
+            self.topics.peers = PeerMetadata(config.broker_id, lambda: zk.brokers,
+                                             lambda: self.config.inter_broker_listener_name or "",
+                                             lambda: self.inter_broker_security)
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
         # Share groups' data side (KIP-932): made at start, once the share coordinator has loaded.

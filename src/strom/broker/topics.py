@@ -14,7 +14,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from strom.cluster.metadata import LocalMetadataStore, TopicInfo, ZooKeeperUnavailable, validate_topic_name
 from strom.protocol.errors import ErrorCode as E
@@ -52,6 +52,12 @@ def refuse_excessive_partitions(count: int) -> None:
                                              f"create at most {MAX_PARTITIONS_PER_REQUEST}.")
 
 
+class PeerLeaders(Protocol):
+    """The other brokers' view of a topic's leaders (cluster.peer_metadata.PeerMetadata)."""
+
+    async def wait_for_leaders(self, topic: str, partitions: range, timeout_s: float) -> list[int]: ...
+
+
 class TopicManager:
     """``zk`` is the cluster's metadata store in ZooKeeper (None on a single broker, whose
     ``metadata`` is local); ``spawn`` runs a background task of the broker. Both kinds of store
@@ -69,6 +75,8 @@ class TopicManager:
         # an event set when it ends. Reserved on the loop before the thread starts, so a second
         # request for the same name finds it taken.
         self._in_flight: dict[str, asyncio.Event] = {}
+        # In a cluster: the other brokers' Metadata, which CreateTopics waits on (cluster.peer_metadata).
+        self.peers: PeerLeaders | None = None
 
     def _local_store(self) -> LocalMetadataStore:
         store = self._metadata
@@ -244,17 +252,25 @@ class TopicManager:
         self._warn_deprecated(name, configs)
         return TopicInfo(name, topic_id, partitions, dict(configs), internal)
 
-    async def wait_for_leaders(self, name: str, partitions: range, timeout_s: float = 10.0) -> None:
-        """In a cluster: until every partition has a leader in this broker's cache (Kafka's
-        CreateTopics answers once the metadata has reached the brokers), or the time is up."""
+    async def wait_for_leaders(self, name: str, partitions: range, timeout_s: float = 30.0) -> None:
+        """In a cluster: until every partition has a leader in this broker's cache and in every
+        other live broker's Metadata (Kafka's CreateTopics answers once the metadata has reached
+        the brokers), or the time is up."""
         store = self._zk
         assert store is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while loop.time() < deadline:
-            if all((s := store.state(name, p)) is not None and s.leader >= 0 for p in partitions):
+        while not all((s := store.state(name, p)) is not None and s.leader >= 0 for p in partitions):
+            if loop.time() >= deadline:
+                log.warning("%s: %d partitions without a leader here after %.0f s", name,
+                            sum(1 for p in partitions if (s := store.state(name, p)) is None or s.leader < 0),
+                            timeout_s)
                 return
             await asyncio.sleep(0.02)
+        if self.peers is not None:
+            behind = await self.peers.wait_for_leaders(name, partitions, max(deadline - loop.time(), 0.1))
+            if behind:
+                log.warning("%s: brokers %s did not show every leader within %.0f s", name, behind, timeout_s)
 
     def _add_topic(self, name: str, partitions: int, configs: dict[str, str], topic_id: uuid.UUID,
                    internal: bool) -> TopicInfo:

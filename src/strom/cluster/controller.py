@@ -10,18 +10,30 @@ deletion requested) schedules one pass over the whole cluster that
   that returns,
 - deletes the topics in /admin/delete_topics.
 Every write is a ZooKeeper transaction that checks /controller_epoch's version with a compare-and-set
-on the state's version, so a deposed controller cannot write anything.
+on the state's version, so a deposed controller cannot write anything. A pass decides every
+partition's new state first and then writes them in batches, up to _STATE_BATCH partitions per
+transaction (Kafka's controller does the same with its multi-op ZooKeeper writes): a broker's
+controlled shutdown moves its thousand leaderships in a few transactions, and the brokers read the
+new states together (zk_store reads watched states in a pipeline and applies them in one go).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 
 from strom.cluster import zk_layout as zl
 from strom.cluster.metadata import ClusterEvent
@@ -152,15 +164,28 @@ class Controller:
         deletes = await store.run(self._pending_deletes)
         for name in deletes:
             await store.run(self._delete_topic, name)
+        changes: list[_Change] = []
+        alive = set(live) - bounced
         for name, assignment in list(store.assignments.items()):
             if name in deletes:
                 continue
+            # A new topic's states are made once all of them have been read as missing (each read
+            # brings another pass): in one batch, not in as many as the reads came in.
+            unread = any(store.state(name, p) is None and not store.state_known(name, p) for p in assignment.replicas)
             for p, replicas in sorted(assignment.replicas.items()):
                 current = store.state(name, p)
-                new = self._next_state(name, replicas, current, usable, set(live) - bounced, leaving)
+                if current is None and unread:
+                    continue
+                new = self._next_state(name, replicas, current, usable, alive, leaving)
                 if new is not None:
-                    await store.run(self._write_state, name, p, current, new)
-            if assignment.adding or assignment.removing:
+                    changes.append((name, p, current, new))
+        if changes:
+            # New leaders first: a broker in a controlled shutdown waits for those, not for the
+            # ISRs it leaves.
+            changes.sort(key=lambda c: c[2] is not None and c[2].leader == c[3].leader)
+            await self.write_states(changes)
+        for name, assignment in list(store.assignments.items()):
+            if name not in deletes and (assignment.adding or assignment.removing):
                 await self._complete_reassignments(name, usable)
         self._known_brokers = live
         if bounced:
@@ -204,6 +229,75 @@ class Controller:
         last = tuple(b for b in keep if b in replicas)[-1:] or keep[-1:]
         log.warning("%s: no in-sync replica is alive (ISR %s); the partition is offline", topic, list(current.isr))
         return PartitionState(zl.NO_LEADER, current.leader_epoch + 1, last, self.epoch, current.zk_version)
+
+    async def write_states(self, changes: list[_Change]) -> None:
+        """Write new partition states, _STATE_BATCH per ZooKeeper transaction; what was written
+        is in this broker's cache at once. A state that changed under us is left to the next pass."""
+        store = self.store
+        started = time.monotonic()
+        moved = sum(1 for _, _, cur, new in changes if cur is not None and cur.leader != new.leader)
+        written_count = refused_count = 0
+        for i in range(0, len(changes), _STATE_BATCH):
+            written, refused = await store.run(self._commit_states, changes[i:i + _STATE_BATCH])
+            for topic, p, state in written:
+                store.learned_state(topic, p, state)
+            written_count += len(written)
+            refused_count += len(refused)
+        if refused_count:
+            self._dirty.set()  # read again (the watches bring the newer states) and decide again
+        if len(changes) > 1:
+            log.info("wrote %d partition states (%d new, %d leaders moved, %d refused: changed meanwhile) "
+                     "in %d transactions, %.0f ms", written_count, sum(1 for c in changes if c[2] is None), moved,
+                     refused_count, -(-len(changes) // _STATE_BATCH), (time.monotonic() - started) * 1000)
+
+    def _commit_states(self, changes: list[_Change]) -> tuple[list[tuple[str, int, PartitionState]], list[_Change]]:
+        """Blocking: one transaction for ``changes`` (fenced by the controller epoch's znode
+        version, each state a compare-and-set on its version, a new one created with its partition
+        node). A change refused in it (its state changed meanwhile) is set aside and the rest
+        committed again. Returns (what was written, with its new version; what was refused)."""
+        zk = self.store.zk
+        for topic in sorted({c[0] for c in changes if c[2] is None}):
+            zk.ensure_path(zl.partitions_path(topic))
+        pending = list(changes)
+        refused: list[_Change] = []
+        written: list[tuple[str, int, PartitionState]] = []
+        while pending:
+            txn = zk.transaction()
+            txn.check(zl.CONTROLLER_EPOCH, self._epoch_version)
+            owner = [-1]  # the change each operation belongs to
+            for i, (topic, p, current, new) in enumerate(pending):
+                if current is None:
+                    txn.create(zl.partition_path(topic, p), b"")
+                    txn.create(zl.state_path(topic, p), zl.encode_state(new))
+                    owner += [i, i]
+                else:
+                    txn.set_data(zl.state_path(topic, p), zl.encode_state(new), version=current.zk_version)
+                    owner.append(i)
+            results = txn.commit()
+            failed = {owner[k]: r for k, r in enumerate(results)
+                      if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))}
+            if not failed:
+                for topic, p, current, new in pending:
+                    version = 0 if current is None else current.zk_version + 1
+                    written.append((topic, p, dataclasses.replace(new, zk_version=version)))
+                    if current is None or current.leader != new.leader:
+                        log.info("%s-%d: leader %d, epoch %d, isr %s", topic, p, new.leader, new.leader_epoch,
+                                 list(new.isr))
+                break
+            if isinstance(results[0], BadVersionError):
+                raise _Fenced()
+            if -1 in failed:
+                raise RuntimeError(f"state transaction failed: {results!r}")
+            for i, error in failed.items():
+                topic, p, current, new = pending[i]
+                # A partition node left from before, its state never made: that one alone.
+                if current is None and isinstance(error, NodeExistsError) and self._write_state(topic, p, None, new):
+                    written.append((topic, p, dataclasses.replace(new, zk_version=0)))
+                else:
+                    log.debug("%s-%d: state write refused (%r); will look again", topic, p, error)
+                    refused.append(pending[i])
+            pending = [c for i, c in enumerate(pending) if i not in failed]
+        return written, refused
 
     def _write_state(self, topic: str, partition: int, current: PartitionState | None, new: PartitionState) -> bool:
         """Blocking: one transaction, fenced by the controller epoch's znode version. False when
@@ -434,6 +528,10 @@ class Controller:
 
 
 _ELECTION_ATTEMPTS = 3  # re-reads of a partition state that changed under an ElectLeaders write
+# Partition states per ZooKeeper transaction: a new one is two operations of ~150 bytes, so a batch
+# stays far below ZooKeeper's 1 MB request limit (jute.maxbuffer).
+_STATE_BATCH = 500
+_Change = tuple[str, int, "PartitionState | None", PartitionState]  # topic, partition, current, new
 
 
 class _Fenced(Exception):

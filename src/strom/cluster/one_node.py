@@ -73,5 +73,8 @@ class OneNodeStates:
         """Never asked: a one-node partition has no follower to add or drop."""
         return None
 
+    def update_isrs(self, changes: list[tuple[str, int, PartitionState]]) -> list[PartitionState | None]:
+        return [None] * len(changes)
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)

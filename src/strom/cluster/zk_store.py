@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -28,6 +29,8 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.retry import KazooRetry
@@ -46,6 +49,7 @@ from strom.cluster.zk_layout import BrokerRegistration, PartitionState, TopicAss
 log = logging.getLogger("strom.cluster")
 
 T = TypeVar("T")
+_ISR_BATCH = 500  # ISR changes per ZooKeeper transaction (each a compare-and-set of ~150 bytes)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
@@ -93,8 +97,18 @@ class ZkMetadataStore(TopicLookups):
         self.listeners: list[Callable[[ClusterEvent], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched_topics: set[str] = set()
-        self._watched_states: set[tuple[str, int]] = set()
-        self._lock = threading.Lock()  # guards the two "watched" sets, touched from kazoo's thread too
+        # Partition states watched, with the topic id they belong to. They are read with pipelined
+        # asynchronous gets, not kazoo's DataWatch (one synchronous round trip at a time on kazoo's
+        # callback thread, and a session listener each): a controller's batch of a thousand state
+        # writes reaches the cache in one round of reads, applied on the loop in one go.
+        self._watched_states: dict[tuple[str, int], uuid.UUID] = {}
+        self._state_watchers: dict[tuple[str, int], Callable[[Any], None]] = {}
+        self._state_queue: list[tuple[tuple[str, int], uuid.UUID, PartitionState | None]] = []
+        self._state_flush_posted = False
+        self._states_unread: set[tuple[str, int]] = set()  # reads lost with the connection
+        self._states_read: set[tuple[str, int]] = set()  # the loop: read at least once (made or not)
+        self._reread_posted = False
+        self._lock = threading.Lock()  # guards the "watched" collections and the state queue
         self._registration: BrokerRegistration | None = None
         self._lost = False
         self._closing = False
@@ -170,6 +184,8 @@ class ZkMetadataStore(TopicLookups):
         if state == KazooState.CONNECTED and self._brokers_stale:
             self._brokers_stale = False
             self.zk.handler.spawn(self._reread_brokers)  # no blocking calls in a state listener
+        if state == KazooState.CONNECTED and self._states_unread:
+            self.zk.handler.spawn(self._reread_states)
 
     @property
     def connected(self) -> bool:
@@ -302,8 +318,8 @@ class ZkMetadataStore(TopicLookups):
             new_states = []
             with self._lock:
                 for p in assignment.replicas:
-                    if (name, p) not in self._watched_states:
-                        self._watched_states.add((name, p))
+                    if self._watched_states.get((name, p)) != assignment.topic_id:
+                        self._watched_states[(name, p)] = assignment.topic_id
                         new_states.append(p)
 
             def update() -> None:
@@ -312,31 +328,131 @@ class ZkMetadataStore(TopicLookups):
 
             self._post(ClusterEvent("topic", name), update)
             for p in new_states:
-                self.zk.DataWatch(zl.state_path(name, p), self._state_watch(name, p, assignment.topic_id))
+                self._read_state((name, p))  # all of them in flight at once
             return True
 
         return watch
 
-    def _state_watch(self, name: str, partition: int, topic_id: uuid.UUID) -> Callable[[bytes | None, Any], bool]:
-        def watch(data: bytes | None, stat: Any) -> bool:
-            with self._lock:
-                if (name, partition) not in self._watched_states:
-                    return False
-            state = zl.decode_state(data, stat.version) if data else None
+    # ---- partition states: pipelined reads, applied in batches -------------------------------
 
-            def update() -> None:
-                current = self.assignments.get(name)
-                if current is None or current.topic_id != topic_id:
-                    return
-                if state is None:
-                    self.states.pop((name, partition), None)
-                else:
-                    self.states[(name, partition)] = state
+    def _read_state(self, key: tuple[str, int]) -> None:
+        """Any thread: read a watched state and watch it again (asynchronously: many in flight)."""
+        with self._lock:
+            if key not in self._watched_states:
+                return
+            watcher = self._state_watchers.get(key)
+            if watcher is None:
+                watcher = self._state_watchers[key] = functools.partial(self._state_event, key)
+        self.zk.get_async(zl.state_path(*key), watch=watcher).rawlink(functools.partial(self._state_read, key, watcher))
 
-            self._post(ClusterEvent("state", name, partition), update)
-            return True
+    def _state_event(self, key: tuple[str, int], event: Any) -> None:
+        self._read_state(key)  # changed, created, deleted, or the session went: read it again
 
-        return watch
+    def _state_read(self, key: tuple[str, int], watcher: Callable[[Any], None], result: Any) -> None:
+        try:
+            data, stat = result.get_nowait()
+        except NoNodeError:
+            # Not made yet (the controller makes it): watch for its creation.
+            self.zk.exists_async(zl.state_path(*key), watch=watcher).rawlink(
+                functools.partial(self._state_exists, key))
+            return
+        except Exception as e:
+            self._state_unread(key, e)
+            return
+        self._queue_state(key, zl.decode_state(data, stat.version) if data else None)
+
+    def _state_exists(self, key: tuple[str, int], result: Any) -> None:
+        try:
+            stat = result.get_nowait()
+        except Exception as e:
+            self._state_unread(key, e)
+            return
+        if stat is not None:
+            self._read_state(key)  # made between the get and the exists
+        else:
+            self._queue_state(key, None)
+
+    def _state_unread(self, key: tuple[str, int], e: Exception) -> None:
+        if self._closing:
+            return
+        with self._lock:
+            self._states_unread.add(key)
+            again = isinstance(e, (ConnectionLoss, SessionExpiredError)) and not self._reread_posted
+            if again:
+                self._reread_posted = True
+        if again and self.zk.connected:  # back already: the CONNECTED listener may have run before
+            self.zk.handler.spawn(self._reread_states)
+        log.debug("reading the state of %s-%d failed (%r); reading it again on reconnect", *key, e)
+
+    def _reread_states(self) -> None:
+        with self._lock:
+            keys, self._states_unread = self._states_unread, set()
+            self._reread_posted = False
+        for key in keys:
+            self._read_state(key)
+
+    def _queue_state(self, key: tuple[str, int], state: PartitionState | None) -> None:
+        """kazoo's thread: hand a state read to the loop; a burst of them goes over in one call."""
+        with self._lock:
+            topic_id = self._watched_states.get(key)
+            if topic_id is None:
+                return
+            self._state_queue.append((key, topic_id, state))
+            if self._state_flush_posted:
+                return
+            self._state_flush_posted = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the broker is stopping
+            loop.call_soon_threadsafe(self._flush_states)
+
+    def _flush_states(self) -> None:
+        """The loop: apply every state read since the last call, then tell the listeners."""
+        with self._lock:
+            batch, self._state_queue = self._state_queue, []
+            self._state_flush_posted = False
+        changed = [key for key, topic_id, state in batch if self._set_state(key, topic_id, state)]
+        for key in changed:
+            event = ClusterEvent("state", key[0], key[1])
+            for listener in list(self.listeners):
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("cluster listener failed on %s", event)
+
+    def _set_state(self, key: tuple[str, int], topic_id: uuid.UUID, state: PartitionState | None) -> bool:
+        """The cache takes ``state`` unless it is older than what it has; True when it changed."""
+        current = self.assignments.get(key[0])
+        if current is None or current.topic_id != topic_id:
+            return False
+        first = key not in self._states_read
+        self._states_read.add(key)
+        if state is None:
+            return self.states.pop(key, None) is not None or first
+        old = self.states.get(key)
+        if old is not None and (old == state or old.zk_version > state.zk_version):
+            return False  # the same, or a read overtaken by a newer one
+        self.states[key] = state
+        return True
+
+    def state_known(self, topic: str, partition: int) -> bool:
+        """Whether the partition's state znode has been read (it may not exist): until then a
+        missing state in the cache says nothing."""
+        return (topic, partition) in self._states_read
+
+    def learned_state(self, topic: str, partition: int, state: PartitionState) -> None:
+        """The loop: a state this broker has just written (the controller), in the cache now rather
+        than when the watch brings it back; the listeners are told as for a watched change."""
+        assignment = self.assignments.get(topic)
+        if assignment is None:
+            return
+        with self._lock:
+            self._state_queue.append(((topic, partition), assignment.topic_id, state))
+            if self._state_flush_posted:
+                return
+            self._state_flush_posted = True
+        asyncio.get_running_loop().call_soon(self._flush_states)
 
     def _topic_config_watch(self, name: str) -> Callable[[bytes | None, Any], bool]:
         def watch(data: bytes | None, stat: Any) -> bool:
@@ -390,9 +506,11 @@ class ZkMetadataStore(TopicLookups):
         self.topic_configs.pop(name, None)
         with self._lock:
             for p in (a.replicas if a else ()):
-                self._watched_states.discard((name, p))
+                self._watched_states.pop((name, p), None)
+                self._state_watchers.pop((name, p), None)
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
+        self._states_read -= {k for k in self._states_read if k[0] == name}
 
     def live_brokers_in_zookeeper(self) -> dict[int, str | None]:
         """The registered brokers read from ZooKeeper itself, as Kafka's topic creation reads them:
@@ -578,3 +696,28 @@ class ZkMetadataStore(TopicLookups):
         except (BadVersionError, NoNodeError):
             return None
         return PartitionState(new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version)
+
+    def update_isrs(self, changes: list[tuple[str, int, PartitionState]]) -> list[PartitionState | None]:
+        """Blocking: ``update_isr`` for many partitions, up to _ISR_BATCH per transaction. A change
+        refused in one (its state changed meanwhile) comes back None and the rest are committed."""
+        out: list[PartitionState | None] = [None] * len(changes)
+        for start in range(0, len(changes), _ISR_BATCH):
+            pending = list(range(start, min(start + _ISR_BATCH, len(changes))))
+            while pending:
+                txn = self.zk.transaction()
+                for i in pending:
+                    topic, p, new = changes[i]
+                    txn.set_data(zl.state_path(topic, p), zl.encode_state(new), version=new.zk_version)
+                results = txn.commit()
+                failed = {pending[k] for k, r in enumerate(results)
+                          if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))}
+                if not failed:
+                    if any(isinstance(r, Exception) for r in results):
+                        raise RuntimeError(f"ISR transaction failed: {results!r}")
+                    for k, i in enumerate(pending):
+                        new = changes[i][2]
+                        out[i] = PartitionState(new.leader, new.leader_epoch, new.isr, new.controller_epoch,
+                                                results[k].version)
+                    break
+                pending = [i for i in pending if i not in failed]
+        return out

@@ -51,6 +51,10 @@ T = TypeVar("T")
 AppendEntry = tuple[str, int, "bytes | bytearray | memoryview | None"]
 
 
+# New partitions whose logs are made in one go (in a thread), then taken up together.
+_MAKE_LOGS_CHUNK = 500
+
+
 def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
     """Which of a leader's ``fetchers`` copies this partition: stable across restarts (crc32, not
     Python's salted hash) so a partition keeps its fetcher."""
@@ -71,7 +75,7 @@ class ReplicaStates(Protocol):
     def listeners(self) -> list[Callable[[ClusterEvent], None]]: ...
     def get_topic(self, name: str) -> TopicInfo | None: ...
     def state(self, topic: str, partition: int) -> PartitionState | None: ...
-    def update_isr(self, topic: str, partition: int, new: PartitionState) -> PartitionState | None: ...
+    def update_isrs(self, changes: list[tuple[str, int, PartitionState]]) -> list[PartitionState | None]: ...
     async def run(self, fn: Callable[..., T], *args: Any) -> T: ...
 
 
@@ -103,6 +107,17 @@ class ReplicaManager:
         # Told (topic, partition, leader epoch) on becoming a partition's leader, and with epoch -1
         # on ceasing to be it: the coordinators load and drop their state with it.
         self.leadership_listeners: list[Callable[[str, int, int], None]] = []
+        # Partitions whose logs are being made, by topic (topic id, partitions): a new topic's
+        # states arrive together, and their logs are made together in a thread (see _make_logs).
+        self._to_create: dict[str, tuple[Any, set[int]]] = {}
+        self._creating: set[TopicPartition] = set()
+        self._create_task: asyncio.Task[Any] | None = None
+        # Changes are acted on once start() has taken up what the cache held: before that the
+        # logs on disk are not loaded yet.
+        self._started = False
+        # ISR changes waiting for the write in flight (partition, proposed state, why, ISR before).
+        self._isr_queue: list[tuple[Partition, PartitionState, str, tuple[int, ...]]] = []
+        self._isr_task: asyncio.Task[Any] | None = None
         store.listeners.append(self._on_event)
 
     # ---- what fetchers use (replication.fetcher.FetcherHost) ---------------------------------------
@@ -120,7 +135,9 @@ class ReplicaManager:
     # ---- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take up every partition the cache (already loaded) assigns to this broker."""
+        """Take up every partition the cache assigns to this broker (the logs loaded); later
+        changes are taken up as they come."""
+        self._started = True
         for topic, assignment in list(self.store.assignments.items()):
             for p in assignment.replicas:
                 self._apply(topic, p)
@@ -136,6 +153,8 @@ class ReplicaManager:
     # ---- state changes ---------------------------------------------------------------------------
 
     def _on_event(self, event: ClusterEvent) -> None:
+        if not self._started:
+            return
         if event.kind == "state" and event.topic is not None and event.partition is not None:
             self._apply(event.topic, event.partition)
         elif event.kind == "topic" and event.topic is not None:
@@ -156,6 +175,8 @@ class ReplicaManager:
             return
         replicas = assignment.replicas.get(p, [])
         key = (topic, p)
+        if key in self._creating:
+            return  # applied once its log is made, with the state current then
         part = self.partitions.get(key)
         if self.broker_id not in replicas:
             if part is not None:
@@ -167,6 +188,9 @@ class ReplicaManager:
                 self._delete_replica(topic, p)
             return
         if part is None:
+            if self.logs.get_log(topic, p) is None:
+                self._make_log_later(topic, p, assignment.topic_id)
+                return
             plog = self._log_for(topic, p, assignment.topic_id)
             part = Partition(topic, p, plog, list(replicas), PartitionState(-2, -1, (), -1), self.broker_id)
             self.partitions[key] = part
@@ -186,6 +210,67 @@ class ReplicaManager:
                     self._tell_leadership(part, -1)
                 self._become_follower(part, state)
         self.purgatory.notify(key)  # waiting acks and fetches look again
+
+    def _make_log_later(self, topic: str, p: int, topic_id: Any) -> None:
+        entry = self._to_create.get(topic)
+        if entry is None or entry[0] != topic_id:
+            entry = self._to_create[topic] = (topic_id, set())
+        entry[1].add(p)
+        self._creating.add((topic, p))
+        if self._create_task is None or self._create_task.done():
+            self._create_task = self.spawn(self._make_logs())
+
+    async def _make_logs(self) -> None:
+        """Make the logs of the partitions that came here, a topic's at a time, with the file work
+        (directories, fsyncs) in a thread and not one partition per loop turn: the thousand
+        partitions of a new topic take a second, not the loop's attention for many. Each partition
+        is then applied with its state as the cache has it by then."""
+        lm = self.logs
+        loop = asyncio.get_running_loop()
+        while self._to_create:
+            topic, (topic_id, waiting) = next(iter(self._to_create.items()))
+            # The partitions led here first, in chunks: a leader serves (and Metadata names it) as
+            # soon as its log is made, while the followers' logs are still being made.
+            led = sorted(p for p in waiting if (s := self.store.state(topic, p)) is not None and s.leader == self.broker_id)
+            parts = set((led or sorted(waiting))[:_MAKE_LOGS_CHUNK])
+            waiting -= parts
+            if not waiting:
+                del self._to_create[topic]
+            info = self.store.get_topic(topic)
+            cfg = self._topic_log_config(info) if info is not None else None
+            made = False
+            try:
+                new = lm.prepare_logs(topic, sorted(p for p in parts if lm.get_log(topic, p) is None), topic_id, cfg)
+                try:
+                    await loop.run_in_executor(None, lm.make_logs, new)
+                except BaseException:
+                    lm.cancel_logs(new)
+                    raise
+                logs = lm.add_logs(new)
+                made = True
+                # The topic's configs may have come while the files were made (their own watch):
+                # the new logs take them as they are now.
+                info = self.store.get_topic(topic)
+                if info is not None:
+                    cfg = self._topic_log_config(info)
+                    for plog in logs:
+                        plog.config = cfg
+            except Exception:
+                log.exception("could not make the logs of %d partitions of %s", len(parts), topic)
+            finally:
+                for p in parts:
+                    self._creating.discard((topic, p))
+            assignment = self.store.assignments.get(topic)
+            if assignment is None or assignment.topic_id != topic_id:
+                rest = self._to_create.get(topic)
+                if rest is not None and rest[0] == topic_id:
+                    del self._to_create[topic]
+                    self._creating.difference_update((topic, p) for p in rest[1])
+                self._topic_gone(topic)  # deleted meanwhile: its new logs go too
+                continue
+            if made:
+                for p in sorted(parts):
+                    self._apply(topic, p)
 
     def _log_for(self, topic: str, p: int, topic_id: Any) -> PartitionLog:
         lm = self.logs
@@ -264,6 +349,10 @@ class ReplicaManager:
             log.info("deleted the logs of topic %s", topic)
 
     # ---- for handlers ----------------------------------------------------------------------------
+
+    def taking_up(self, topic: str, p: int) -> bool:
+        """Whether this partition came here and its log is still being made."""
+        return (topic, p) in self._creating
 
     def leader_partition(self, topic: str, p: int, current_leader_epoch: int = -1) -> tuple[Partition | None, int]:
         """The partition if this broker leads it (at ``current_leader_epoch`` when given), else
@@ -370,35 +459,43 @@ class ReplicaManager:
             self.purgatory.notify(part.key)
 
     def _change_isr(self, part: Partition, isr: tuple[int, ...], why: str) -> None:
-        """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written."""
+        """Write the new ISR to ZooKeeper (compare-and-set); it takes effect once written. The
+        changes proposed while a write is out go together in the next one (a restarted broker
+        rejoins thousands of ISRs: a few ZooKeeper transactions, not a round trip each)."""
         if part.isr_change_in_flight:
             return
         part.isr_change_in_flight = True
         proposed = PartitionState(part.state.leader, part.state.leader_epoch, isr, part.state.controller_epoch,
                                   part.state.zk_version)
+        self._isr_queue.append((part, proposed, why, part.state.isr))
+        if self._isr_task is None or self._isr_task.done():
+            self._isr_task = self.spawn(self._write_isrs())
 
-        async def write() -> None:
+    async def _write_isrs(self) -> None:
+        while self._isr_queue:
+            batch, self._isr_queue = self._isr_queue, []
             try:
-                written = await self.store.run(self.store.update_isr, part.topic, part.partition, proposed)
-            except Exception as e:  # ZooKeeper unreachable: the ISR stays as it is
-                log.warning("%s-%d: could not %s the ISR to %s: %s", part.topic, part.partition, why, list(isr), e)
-                written = None
-            finally:
+                written_all = await self.store.run(self.store.update_isrs,
+                                                   [(part.topic, part.partition, new) for part, new, _, _ in batch])
+            except Exception as e:  # ZooKeeper unreachable: the ISRs stay as they are
+                first, proposed, why, _ = batch[0]
+                log.warning("%s-%d: could not %s the ISR to %s: %s%s", first.topic, first.partition, why,
+                            list(proposed.isr), e, f" (nor {len(batch) - 1} more ISR changes)" if len(batch) > 1 else "")
+                written_all = [None] * len(batch)
+            for (part, proposed, why, before), written in zip(batch, written_all, strict=True):
                 part.isr_change_in_flight = False
-            current = self.partitions.get(part.key)
-            if written is None or current is not part or not part.is_leader \
-                    or part.leader_epoch != written.leader_epoch:
-                return
-            log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(part.state.isr), list(isr), why)
-            if why == "shrink":
-                self.isr_shrinks += 1
-            else:
-                self.isr_expands += 1
-            part.state = written
-            self._after_hw_inputs_changed(part)
-            self.purgatory.notify(part.key)
-
-        self.spawn(write())
+                current = self.partitions.get(part.key)
+                if written is None or current is not part or not part.is_leader \
+                        or part.leader_epoch != written.leader_epoch:
+                    continue
+                log.info("%s-%d: ISR %s -> %s (%s)", part.topic, part.partition, list(before), list(proposed.isr), why)
+                if why == "shrink":
+                    self.isr_shrinks += 1
+                else:
+                    self.isr_expands += 1
+                part.state = written
+                self._after_hw_inputs_changed(part)
+                self.purgatory.notify(part.key)
 
     async def _isr_shrink_loop(self) -> None:
         lag_max = self.config.replica_lag_time_max_ms

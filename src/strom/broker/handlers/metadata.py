@@ -56,17 +56,21 @@ def topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
 
 
 def _cluster_topic_entry(broker: Broker, topic: TopicInfo) -> dict[str, Any]:
-    """Leaders, replicas and ISR as ZooKeeper has them; a partition without a live leader answers
-    LEADER_NOT_AVAILABLE, its dead replicas listed as offline."""
+    """Leaders, replicas and ISR as ZooKeeper has them; a partition without a live leader (or led
+    here and not taken up yet) answers LEADER_NOT_AVAILABLE, its dead replicas listed as offline."""
     assert broker.cluster is not None
     store = broker.cluster.store
     assignment = store.assignments.get(topic.name)
     live = store.brokers
+    me = broker.config.broker_id
+    taking_up = broker.replica_manager.taking_up
     partitions = []
     for p in range(topic.partitions):
         replicas = assignment.replicas.get(p, []) if assignment is not None else []
         state = store.state(topic.name, p)
         leader = state.leader if state is not None and state.leader in live else -1
+        if leader == me and taking_up(topic.name, p):
+            leader = -1  # named leader, its log still being made: not serving it yet
         partitions.append({
             "error_code": 0 if leader >= 0 else E.leader_not_available,
             "partition_index": p,
