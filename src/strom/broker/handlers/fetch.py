@@ -419,7 +419,6 @@ def _result(broker: Broker, fctx: sessions.FetchContext, topics: list[tuple[str 
     responses, session_id = sessions.finish(broker.fetch_sessions, fctx, topics, responses, skipped or ())
     if replica_id >= 0 and fctx.kind == "full" and session_id != sessions.INVALID_SESSION_ID:
         _follower_session(broker, broker.fetch_sessions.sessions[session_id], replica_id)
-    # The record batches go to the socket beside the encoded response, not through the encoder.
     if idle is not None and fctx.kind == "sessionless":
         # Nothing to send: the encoded answer is kept for the next identical request (no blobs: no records).
         result = {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": responses}
@@ -429,6 +428,7 @@ def _result(broker: Broker, fctx: sessions.FetchContext, topics: list[tuple[str 
         if answers is not None:
             idle.memo[_IDLE] = _IdleAnswer(idle.request, version, idle.topics, idle.seq, answers)
         return {ENCODED_BODY: body}
+    # The record batches go to the socket beside the encoded response, not through the encoder.
     blobs = BlobSplicer()
     for topic in responses:
         for entry in topic["partitions"]:
