@@ -54,3 +54,64 @@ def test_follower_sessions_keep_idle_partitions_in_sync_and_survive_a_leader_cha
     cluster.wait_full_isr(topic, partitions, timeout=60)
     wait_replicas_identical(cluster, topic, partitions)
     assert cluster.leader(topic, 0) in (new_leader, 1)
+
+
+def test_a_kept_sessionless_answer_ends_with_the_leadership(cluster: Cluster) -> None:
+    """A consumer without sessions (librdkafka's Fetch: every partition, session 0, epoch -1) whose
+    idle answer the leader keeps: once a preferred-leader election moves the leadership away, the
+    same request gets NOT_LEADER_OR_FOLLOWER, the bytes a fresh connection gets, never the kept
+    answer; on the new leader, its first answer is the full path's."""
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from helpers import RawConnection, wait_until
+    from test_fetch_idle_answer import sessionless
+
+    from strom.protocol import wire
+
+    topic = unique("kept")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replica_assignment=[[1, 2, 3], [2, 1, 3]])])[topic] \
+        .result(30)
+    cluster.wait_full_isr(topic, 2)
+    cluster.brokers[1].stop()  # controlled shutdown: broker 2 takes partition 0 over
+    assert cluster.wait_leader(topic, 0, not_in={1}) == 2
+    cluster.start_broker(1, [topic])
+    cluster.wait_full_isr(topic, 2)
+    assert cluster.leader(topic, 0) == cluster.leader(topic, 1) == 2
+
+    def answer(conn: RawConnection, body: object) -> bytes:
+        corr = conn.send(1, 12, body)
+        frame = conn.read_frame()
+        assert wire.decode_response(1, 12, frame)[0] == corr
+        return frame[4:]
+
+    def fresh(broker_id: int, body: object) -> bytes:
+        with RawConnection(cluster.brokers[broker_id].bootstrap) as c:
+            return answer(c, body)
+
+    kept = RawConnection(cluster.brokers[2].bootstrap)
+    body = sessionless(kept, 12, {topic: {0: 0, 1: 0}}, topic_ids={})
+    idle = answer(kept, body)
+    assert answer(kept, body) == idle == fresh(2, body)  # kept, then reused
+    assert all(int(p.error_code) == 0 for t in wire.decode_response(1, 12, b"\0\0\0\0" + idle)[1].responses
+               for p in t.partitions)
+
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    assert result[TopicPartition(topic, 0)] is None
+    wait_until(lambda: cluster.leader(topic, 0) == 1, 10, what="broker 1 leading partition 0 again")
+
+    def moved() -> bool:
+        got = wire.decode_response(1, 12, b"\0\0\0\0" + answer(kept, body))[1]
+        return int(got.responses[0].partitions[0].error_code) != 0
+
+    wait_until(moved, 10, what="broker 2 answering as a follower of partition 0")
+    after = answer(kept, body)
+    assert after == fresh(2, body)
+    codes = [int(p.error_code) for t in wire.decode_response(1, 12, b"\0\0\0\0" + after)[1].responses
+             for p in t.partitions]
+    assert codes == [6, 0]  # NOT_LEADER_OR_FOLLOWER for partition 0; partition 1 still led here
+    # Broker 1 leads partition 0 again: a connection to it answers from the full path, then reuses.
+    with RawConnection(cluster.brokers[1].bootstrap) as c1:
+        one = sessionless(c1, 12, {topic: {0: 0}}, topic_ids={})
+        assert answer(c1, one) == answer(c1, one) == fresh(1, one)
+    kept.close()

@@ -75,6 +75,10 @@ class BrokerCollector:
         for (key, code), n in sorted(m.errors.items()):
             errors.add_metric([names.get(key, str(key)), error_name(code), str(code)], n)
         yield errors
+        yield CounterMetricFamily("strom_fetch_answers_reused",
+                                  "Sessionless Fetch responses sent as encoded for the connection's previous "
+                                  "identical request, nothing having changed in their partitions since.",
+                                  value=m.fetch_answers_reused)
 
         if not ready:  # logs may still be loading in a thread: nothing below is safe to read yet
             return

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from strom.broker.context import QUOTA_EXEMPT, RequestContext
+from strom.broker.context import ENCODED_BODY, QUOTA_EXEMPT, RequestContext
 from strom.protocol import splice, wire
 from strom.protocol.build import build
 from strom.protocol.splice import BlobSplicer
@@ -94,6 +94,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.client_host = "?"
         self._pending: collections.deque[_Slot] = collections.deque()
+        self.memo: dict[str, Any] = {}  # handlers' scratch space for this connection (RequestContext.memo)
         self._paused = False
         self._throttled_until = 0.0  # loop time until which a quota keeps this connection unread
         self._closed = False
@@ -242,17 +243,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(f"unsupported version {prefix.api_version} of api key {prefix.api_key} ({handler.name})")
             return
+        frame_handler = handler.handle_frame
+        request: Any = None
         try:
-            header, request = wire.decode_request(prefix, frame)
+            if frame_handler is not None:  # it may answer from the bytes; the body is decoded if not
+                header, body_start = wire.decode_header(prefix, frame)
+            else:
+                header, request = wire.decode_request(prefix, frame)
         except wire.BadRequest as e:
             self.close(str(e))
             return
         ctx = RequestContext(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id,
                              self.client_host, self.id, self.listener, self.principal_name, auth,
-                             size=len(frame))
+                             size=len(frame), memo=self.memo)
         started = self.broker.metrics.clock()
         try:
-            result = handler.handle(self.broker, ctx, request)
+            result = frame_handler(self.broker, ctx, frame, body_start) if frame_handler is not None else None
+            if result is None:
+                if request is None:
+                    try:
+                        _, request = wire.decode_request(prefix, frame)
+                    except wire.BadRequest as e:
+                        self.close(str(e))
+                        return
+                result = handler.handle(self.broker, ctx, request)
             if not inspect.isawaitable(result):
                 # Answered without waiting: no Task, the response is queued on this loop turn.
                 out = self._respond(ctx, result, started)
@@ -289,6 +303,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return None
         blobs: BlobSplicer | None = result.pop(splice.RESULT_KEY, None)
         exempt = result.pop(QUOTA_EXEMPT, False)
+        encoded = result.pop(ENCODED_BODY, None)
+        if encoded is not None:  # the handler encoded the body itself (no blobs, no quota: it checked)
+            return wire.encode_response_body(ctx.api_key, ctx.api_version, ctx.correlation_id, encoded)
         # Encoded from the dict itself: the same bytes as build() + encode_response, without
         # building the entities first (the larger cost for many-partition responses).
         frame = wire.encode_response_dict(ctx.api_key, ctx.api_version, ctx.correlation_id, result)

@@ -77,6 +77,8 @@ class BrokerMetrics:
         self.topics: dict[str, TopicStats] = {}
         # (api key, error code) -> responses (partition-level for Produce and Fetch) with that error
         self.errors: dict[tuple[int, int], int] = {}
+        # Sessionless Fetch responses sent as encoded for an earlier identical request (nothing changed)
+        self.fetch_answers_reused = 0
 
     clock = staticmethod(time.perf_counter)
 

@@ -155,6 +155,16 @@ def _request_readers(api_key: int, api_version: int) -> tuple[Any, Any, Any]:
     return entity_reader(header_cls), entity_reader(cls), cls
 
 
+def decode_header(prefix: RequestPrefix, frame: bytes | bytearray | memoryview) -> tuple[Any, int]:
+    """The request header and where the body starts; raises BadRequest on anything malformed."""
+    try:
+        read_header, _, _ = _request_readers(prefix.api_key, prefix.api_version)
+        header, size = read_header(frame if isinstance(frame, bytes) else memoryview(frame).toreadonly(), 0)
+    except Exception as e:  # kio raises a variety of errors on malformed input
+        raise BadRequest(f"cannot decode api_key={prefix.api_key} v{prefix.api_version}: {e!r}") from None
+    return header, int(size)
+
+
 def decode_request(prefix: RequestPrefix, frame: bytes | bytearray | memoryview) -> tuple[Any, Any]:
     """Decode header and body; raises BadRequest on anything malformed.
 
@@ -270,6 +280,20 @@ def encode_response_dict(api_key: int, api_version: int, correlation_id: int, da
     fastwrite.dict_writer(cls)(out, data)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def encode_response_body(api_key: int, api_version: int, correlation_id: int, body: bytes) -> bytes:
+    """Size-prefixed response frame around ``body``, a response body already encoded (the bytes
+    ``encode_response_dict`` writes after the response header)."""
+    flexible_header = response_class(api_key, api_version).__flexible__ and api_key != API_VERSIONS_KEY
+    head = (_HEAD_TAGGED if flexible_header else _HEAD).pack(len(body) + (5 if flexible_header else 4),
+                                                              correlation_id)
+    return head + body
+
+
+def response_header_size(api_key: int, api_version: int) -> int:
+    """Bytes before a response's body in a frame: size, correlation id (and tagged fields)."""
+    return 9 if response_class(api_key, api_version).__flexible__ and api_key != API_VERSIONS_KEY else 8
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:

@@ -9,8 +9,10 @@ A fetch that names many partitions waits by topic instead (``wait_topics``): reg
 entry per topic, not per partition, and the wait learns which partitions were notified, so that a
 wake-up looks only at those. ``since`` (a ``seq`` read when the fetch last looked) closes the gap
 between a look and the registration that follows it a loop turn later: the last notifications are
-kept (a bounded log) and replayed into the waiter. Persistent listeners (fetch sessions, which track
-what changed between requests) are told of every notification.
+kept (a bounded log) and replayed into the waiter; the latest notification of each topic is kept
+too, so that a wait whose topics saw nothing since looks no further, however busy other topics were.
+Persistent listeners (fetch sessions, which track what changed between requests) are told of every
+notification.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Callable, Iterable
 PartitionKey = tuple[str, int]
 # How many of the latest notifications are kept for ``changed_since``.
 RECENT = 4096
+# How many topics' latest notifications are kept for ``topics_changed_since``.
+TOPICS_KEPT = 100_000
 
 
 class TopicWaiter:
@@ -43,6 +47,8 @@ class Purgatory:
         self.listeners: list[Callable[[PartitionKey], None]] = []
         self.seq = 0  # notifications so far
         self._recent: deque[PartitionKey] = deque(maxlen=RECENT)
+        self._topic_seq: dict[str, int] = {}  # topic -> ``seq`` of its latest notification
+        self._topic_seq_floor = 0  # what a topic not in _topic_seq may have seen (it is emptied when large)
 
     async def wait(self, keys: Iterable[PartitionKey], timeout: float) -> bool:
         """Wait until one of ``keys`` is notified or ``timeout`` passes; True if woken."""
@@ -74,17 +80,27 @@ class Purgatory:
             return None
         return list(itertools.islice(self._recent, len(self._recent) - n, None))
 
+    def topics_changed_since(self, topics: Iterable[str], seq: int) -> bool:
+        """Whether a partition of one of ``topics`` was notified after ``seq`` (one look per topic)."""
+        if self.seq == seq:
+            return False
+        latest, floor = self._topic_seq, self._topic_seq_floor
+        return any(latest.get(t, floor) > seq for t in topics)
+
     async def wait_topics(self, topics: Iterable[str], timeout: float, since: int) -> set[PartitionKey] | None:
         """Wait until a partition of one of ``topics`` is notified or ``timeout`` passes; the
         partitions of those topics notified after ``since`` (empty when the time ran out), or
         None at once when more were notified since then than are kept (any may have changed)."""
         topics = set(topics)
-        missed = self.changed_since(since)
-        if missed is None:
-            return None
-        changed = {key for key in missed if key[0] in topics}
-        if changed:
-            return changed
+        if self.topics_changed_since(topics, since):
+            missed = self.changed_since(since)
+            if missed is None:
+                return None
+            changed = {key for key in missed if key[0] in topics}
+            if changed:
+                return changed
+        else:
+            changed = set()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         waiter = TopicWaiter(fut, changed)
@@ -106,6 +122,11 @@ class Purgatory:
     def notify(self, key: PartitionKey) -> None:
         self.seq += 1
         self._recent.append(key)
+        latest = self._topic_seq
+        if len(latest) >= TOPICS_KEPT and key[0] not in latest:
+            latest.clear()  # bounded under topic churn: every topic counts as notified now
+            self._topic_seq_floor = self.seq
+        latest[key[0]] = self.seq
         for listener in self.listeners:
             listener(key)
         s = self._watchers.get(key)

@@ -19,6 +19,7 @@ from typing import Any
 
 Result = dict[str, Any] | None
 Handler = Callable[[Any, Any, Any], Awaitable[Result] | Result]
+FrameHandler = Callable[[Any, Any, bytes | bytearray, int], Awaitable[Result] | Result]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,9 @@ class ApiHandler:
     min_version: int
     max_version: int
     handle: Handler
+    # Optional: called with the raw frame and where its body starts before the body is decoded; it
+    # answers (a result or an awaitable, as ``handle``) or returns None for ``handle`` to serve it.
+    handle_frame: FrameHandler | None = None
 
 
 def discover() -> dict[int, ApiHandler]:
@@ -37,5 +41,6 @@ def discover() -> dict[int, ApiHandler]:
         key = getattr(module, "API_KEY", None)
         if key is None:
             continue
-        table[key] = ApiHandler(key, info.name, module.MIN_VERSION, module.MAX_VERSION, module.handle)
+        table[key] = ApiHandler(key, info.name, module.MIN_VERSION, module.MAX_VERSION, module.handle,
+                                getattr(module, "handle_frame", None))
     return table

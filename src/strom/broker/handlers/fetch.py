@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from strom.broker import fetch_sessions as sessions
-from strom.broker.context import QUOTA_EXEMPT
-from strom.protocol import splice
+from strom.broker.context import ENCODED_BODY, QUOTA_EXEMPT
+from strom.protocol import fetch_layout, splice, wire
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.splice import BlobSplicer
 from strom.records.batch import BATCH_LENGTH, LAST_OFFSET_DELTA, LOG_OVERHEAD
@@ -30,6 +30,7 @@ from strom.storage.log import OffsetOutOfRange
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.replication.purgatory import Purgatory
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -164,6 +165,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
     if fctx.kind == "error":
         return {"throttle_time": 0, "error_code": fctx.error, "session_id": sessions.INVALID_SESSION_ID,
                 "responses": [], splice.RESULT_KEY: BlobSplicer(), QUOTA_EXEMPT: False}
+    remember: _Learn | None = None
+    memo = ctx.memo
+    layout = memo.pop(_LAYOUT, None) if memo is not None else None
+    if memo is not None and layout is not None and layout[0] == ctx.correlation_id and fctx.kind == "sessionless" \
+            and int(getattr(request, "session_id", 0)) == sessions.INVALID_SESSION_ID \
+            and _replica_id(request) < 0 and not broker.quotas.active:
+        remember = (memo, layout[1], request)
     if fctx.incremental:
         assert fctx.session is not None
         topics = [*sessions.session_topics(fctx.session.take_pending()),
@@ -183,7 +191,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] 
             topics = allowed
             # An error answers at once, as in Kafka: no long-poll on the rest.
             return _with_refused(_serve(broker, request, topics, version, fctx, at_once=True, cap=cap), refused)
-    return _serve(broker, request, topics, version, fctx, cap=cap)
+    return _serve(broker, request, topics, version, fctx, cap=cap, remember=remember)
 
 
 def _topic_name(broker: Broker, topic_id: uuid.UUID) -> str | None:
@@ -193,7 +201,8 @@ def _topic_name(broker: Broker, topic_id: uuid.UUID) -> str | None:
 
 def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUID | None, Any]],
            version: int, fctx: sessions.FetchContext, at_once: bool = False,
-           cap: int | None = None) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+           cap: int | None = None, remember: _Learn | None = None
+           ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     # The response is bounded by the request's max_bytes and the broker's fetch.max.bytes, as in
     # Kafka (KafkaApis.handleFetchRequest), and per partition by its partition_max_bytes; the first
     # batch of the first partition with data still goes out whole, whatever its size (KIP-74).
@@ -209,11 +218,13 @@ def _serve(broker: Broker, request: Any, topics: list[tuple[str | None, uuid.UUI
     responses, total, complete, followed = first
     waitable = fctx.incremental or any(name is not None for name, _, _ in topics)
     if total >= min_bytes or complete or at_once or not waitable or request.max_wait.total_seconds() <= 0:
-        return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
+        idle = _Remember(*remember, topics, since) if remember is not None and waitable \
+            and not at_once and total == 0 and not complete else None
+        return _result(broker, fctx, topics, responses, replica_id, followed, skipped, idle)
     args = (broker, request, fctx, topics, first, skipped, max_bytes, min_bytes, version, replica_id, committed)
     if fctx.incremental:
         return _long_poll_session(*args)
-    return _long_poll(*args, since)
+    return _long_poll(*args, since, remember=remember)
 
 
 def _authorize(broker: Broker, ctx: RequestContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
@@ -270,7 +281,8 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
                      topics: list[tuple[str | None, uuid.UUID | None, Any]],
                      first: tuple[list[dict[str, Any]], int, bool, bool], skipped: list[tuple[str, int]],
                      max_bytes: int, min_bytes: int, version: int, replica_id: int, read_committed: bool,
-                     since: int) -> dict[str, Any]:
+                     since: int, deadline: float | None = None, remember: _Learn | None = None
+                     ) -> dict[str, Any]:
     """Wait for produces to the requested partitions (purgatory) until min_bytes are there or
     max_wait ends.
 
@@ -278,10 +290,14 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
     count when handle() read, so nothing notified in between is missed); a wake-up reads only the
     requested partitions among them to see whether the response is now due. The response itself is
     one pass over every partition, done again only if one of them changed since the first.
+    ``deadline`` (loop time) when the wait began earlier; ``remember``: where and how a response
+    with nothing to send is kept for the next requests (``_IdleAnswer``).
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + request.max_wait.total_seconds()
+    if deadline is None:
+        deadline = loop.time() + request.max_wait.total_seconds()
     responses, total, complete, followed = first
+    read_seq = since  # the purgatory's count when ``responses`` were read
     purgatory = broker.purgatory
     names = {name for name, _, _ in topics if name is not None}
     wanted: dict[tuple[str, int], tuple[uuid.UUID | None, Any]] | None = None
@@ -295,6 +311,7 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
         since = purgatory.seq
         if changed is None:  # too much happened to tell what: look at everything again
             skipped = []
+            read_seq = since
             responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
                                                              read_committed, skipped)
             changed_any = False
@@ -332,9 +349,12 @@ async def _long_poll(broker: Broker, request: Any, fctx: sessions.FetchContext,
             break
     if changed_any:
         skipped = []
+        read_seq = purgatory.seq
         responses, total, complete, followed = _read_all(broker, topics, max_bytes, version, replica_id,
                                                          read_committed, skipped)
-    return _result(broker, fctx, topics, responses, replica_id, followed, skipped)
+    idle = _Remember(*remember, topics, read_seq) if remember is not None and total == 0 \
+        and not complete else None
+    return _result(broker, fctx, topics, responses, replica_id, followed, skipped, idle)
 
 
 async def _long_poll_session(broker: Broker, request: Any, fctx: sessions.FetchContext,
@@ -393,12 +413,21 @@ def _follower_session(broker: Broker, session: sessions.FetchSession, replica_id
 
 def _result(broker: Broker, fctx: sessions.FetchContext, topics: list[tuple[str | None, uuid.UUID | None, Any]],
             responses: list[dict[str, Any]], replica_id: int = -1, followed: bool = False,
-            skipped: list[tuple[str, int]] | None = None) -> dict[str, Any]:
+            skipped: list[tuple[str, int]] | None = None, idle: _Remember | None = None) -> dict[str, Any]:
     if replica_id < 0:  # bytes out to consumers; followers' copies are replication, not consumption
         broker.metrics.fetched(topics, responses)
     responses, session_id = sessions.finish(broker.fetch_sessions, fctx, topics, responses, skipped or ())
     if replica_id >= 0 and fctx.kind == "full" and session_id != sessions.INVALID_SESSION_ID:
         _follower_session(broker, broker.fetch_sessions.sessions[session_id], replica_id)
+    if idle is not None and fctx.kind == "sessionless":
+        # Nothing to send: the encoded answer is kept for the next identical request (no blobs: no records).
+        result = {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": responses}
+        version = idle.layout_version
+        body = wire.encode_response_dict(API_KEY, version, 0, result)[wire.response_header_size(API_KEY, version):]
+        answers = fetch_layout.IdleAnswers.learn(idle.layout, idle.request.topics, body)
+        if answers is not None:
+            idle.memo[_IDLE] = _IdleAnswer(idle.request, version, idle.topics, idle.seq, answers)
+        return {ENCODED_BODY: body}
     # The record batches go to the socket beside the encoded response, not through the encoder.
     blobs = BlobSplicer()
     for topic in responses:
@@ -406,3 +435,152 @@ def _result(broker: Broker, fctx: sessions.FetchContext, topics: list[tuple[str 
             entry["records"] = blobs.hold(entry["records"])
     return {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": responses,
             splice.RESULT_KEY: blobs, QUOTA_EXEMPT: followed}
+
+
+# The keys of a connection's _IdleAnswer and of the layout handle_frame read, in its memo.
+_IDLE = "fetch.idle"
+_LAYOUT = "fetch.layout"
+_Learn = tuple[dict[str, Any], tuple[int, fetch_layout.RequestLayout], Any]  # memo, (version, layout), request
+
+
+class _Remember(NamedTuple):
+    """A sessionless consumer fetch's answer with nothing to send, to be kept in ``memo``:
+    ``topics`` were read when the purgatory's count was ``seq``."""
+
+    memo: dict[str, Any]
+    versioned_layout: tuple[int, fetch_layout.RequestLayout]
+    request: Any
+    topics: list[tuple[str | None, uuid.UUID | None, Any]]
+    seq: int
+
+    @property
+    def layout_version(self) -> int:
+        return self.versioned_layout[0]
+
+    @property
+    def layout(self) -> fetch_layout.RequestLayout:
+        return self.versioned_layout[1]
+
+
+class _IdleAnswer:
+    """The last answer on a connection to a sessionless consumer Fetch (librdkafka's: every
+    assigned partition at every request, a partition further along its list each time) that had
+    nothing to send: no records, no error, every topic known. While none of its partitions is
+    notified by the purgatory (an append, a high watermark, log start or last stable offset move, a
+    leadership or ISR change, a deleted topic), a request made of the same partitions at the same
+    positions, in any rotation, gets the same answer in its order: ``answers`` puts it together
+    from the bytes encoded for the first (protocol/fetch_layout.py), without decoding the request
+    or a pass over its partitions.
+    """
+
+    __slots__ = ("version", "topics", "names", "seq", "answers", "max_wait", "min_bytes", "max_bytes", "_keys")
+
+    def __init__(self, request: Any, version: int, topics: list[tuple[str | None, uuid.UUID | None, Any]],
+                 seq: int, answers: fetch_layout.IdleAnswers) -> None:
+        self.version = version
+        self.topics = topics
+        self.names = {name for name, _, _ in topics if name is not None}
+        self.seq = seq  # the purgatory's count up to which the answer is known to hold
+        self.answers = answers
+        # The request's own fields, the same in every request ``answers`` recognises.
+        self.max_wait = request.max_wait.total_seconds()
+        self.min_bytes = int(request.min_bytes)
+        self.max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF))
+        self._keys: set[tuple[str, int]] | None = None
+
+    @property
+    def keys(self) -> set[tuple[str, int]]:
+        """The partitions asked for (built the first time a notification of their topics needs it)."""
+        if self._keys is None:
+            self._keys = {(name, p.partition) for name, _, t in self.topics if name is not None
+                          for p in t.partitions}
+        return self._keys
+
+    def unchanged(self, changed: Iterable[tuple[str, int]]) -> bool:
+        keys = self.keys
+        return not any(k in keys for k in changed)
+
+    def still_holds(self, purgatory: Purgatory) -> bool:
+        """Whether no partition asked for was notified since ``seq`` (which then moves on): a look
+        per topic, and one per partition notified in these topics meanwhile."""
+        seq = purgatory.seq
+        if seq != self.seq:
+            if purgatory.topics_changed_since(self.names, self.seq):
+                missed = purgatory.changed_since(self.seq)
+                if missed is None or not self.unchanged(missed):
+                    return False
+            self.seq = seq
+        return True
+
+
+def handle_frame(broker: Broker, ctx: RequestContext, frame: bytes | bytearray,
+                 start: int) -> dict[str, Any] | Awaitable[dict[str, Any]] | None:
+    """Before the request is decoded: a sessionless Fetch that repeats (in any rotation) the one
+    this connection's idle answer was made for, while that answer holds, is served from it; None
+    lets ``handle`` serve the request (it learns a new idle answer from it if it can)."""
+    memo = ctx.memo
+    version = ctx.api_version
+    if memo is None or version < fetch_layout.FIRST_VERSION or broker.quotas.active:
+        return None
+    layout = fetch_layout.parse_request(frame, start, version)
+    if layout is None:
+        return None
+    memo[_LAYOUT] = (ctx.correlation_id, (version, layout))
+    idle: _IdleAnswer | None = memo.get(_IDLE)
+    if idle is None or idle.version != version:
+        return None
+    body = idle.answers.answer(layout)
+    if body is None:
+        return None
+    if not idle.still_holds(broker.purgatory):
+        del memo[_IDLE]
+        return None
+    if broker.acls.enabled and _authorize(broker, ctx, idle.topics, -1, version)[1]:
+        return None  # refused now: answered the long way, with the refusals
+    del memo[_LAYOUT]
+    max_bytes = min(idle.max_bytes, broker.config.fetch_max_bytes)
+    min_bytes = min(idle.min_bytes, max_bytes)
+    if min_bytes <= 0 or idle.max_wait <= 0:
+        broker.metrics.fetch_answers_reused += 1
+        return {ENCODED_BODY: body}
+    return _idle_poll(broker, ctx, frame, idle, body, max_bytes, min_bytes, (version, layout))
+
+
+async def _idle_poll(broker: Broker, ctx: RequestContext, frame: bytes | bytearray, idle: _IdleAnswer, body: bytes,
+                     max_bytes: int, min_bytes: int, layout: tuple[int, fetch_layout.RequestLayout]
+                     ) -> dict[str, Any]:
+    """The long poll of a request answered by ``idle`` so far: ``body`` at the end if none of its
+    partitions is notified meanwhile; if one is, the request is decoded and served as ``_serve``
+    would from there (one read of every partition, and the long poll for the time left)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + idle.max_wait
+    purgatory = broker.purgatory
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            broker.metrics.fetch_answers_reused += 1
+            return {ENCODED_BODY: body}
+        changed = await purgatory.wait_topics(idle.names, remaining, idle.seq)
+        if changed is None or not idle.unchanged(changed):
+            break
+        idle.seq = purgatory.seq  # what was notified meanwhile is none of this request's partitions
+    memo = ctx.memo
+    assert memo is not None
+    if memo.get(_IDLE) is idle:
+        del memo[_IDLE]
+    version = ctx.api_version
+    _, request = wire.decode_request(wire.read_prefix(frame), frame)  # its bytes were checked: it decodes
+    fctx = sessions.new_context(broker.fetch_sessions, request, version, False,
+                                lambda tid: _topic_name(broker, tid), TOPIC_ID_VERSION)  # sessionless
+    topics = _resolve_topics(broker, request, version)
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    skipped: list[tuple[str, int]] = []
+    since = purgatory.seq
+    first = _read_all(broker, topics, max_bytes, version, -1, committed, skipped)
+    responses, total, complete, followed = first
+    learn = (memo, layout, request)
+    if total >= min_bytes or complete or loop.time() >= deadline:
+        remember = _Remember(*learn, topics, since) if total == 0 and not complete else None
+        return _result(broker, fctx, topics, responses, -1, followed, skipped, remember)
+    return await _long_poll(broker, request, fctx, topics, first, skipped, max_bytes, min_bytes, version, -1,
+                            committed, since, deadline=deadline, remember=learn)
