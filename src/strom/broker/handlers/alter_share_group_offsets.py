@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from strom.coordinator.group_runtime import coordinator_for
+from strom.broker.handlers.share_offsets import offsets_change
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
@@ -38,16 +38,10 @@ def _topic(name: str, topic_id: uuid.UUID | None, errors: list[tuple[int, E]]) -
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     acls = broker.acls
     group_id = request.group_id
-    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-        return _response(E.group_authorization_failed, None, [])
-    if not group_id:
-        return _response(E.invalid_group_id, None, [])
-    coord, error = coordinator_for(broker, group_id)
-    if coord is None:
-        return _response(error, None, [])
-    state_coordinator, manager = broker.share_coordinator, broker.share_manager
-    if state_coordinator is None or manager is None:
-        return _response(E.coordinator_not_available, None, [])
+    change = offsets_change(broker, ctx, group_id, AclOperation.READ)
+    if isinstance(change, E):
+        return _response(change, None, [])
+    coord, state_coordinator, manager = change.coordinator, change.state, change.partitions
     denied = set(acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])) \
         if acls.enabled else set()
     refused: list[dict[str, Any]] = []
