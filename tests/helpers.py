@@ -9,7 +9,8 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,42 @@ def java_partition(key: bytes, num_partitions: int) -> int:
 def librdkafka_consistent_partition(key: bytes, num_partitions: int) -> int:
     """librdkafka's default (consistent_random) partition for a non-null key: CRC32 of the key."""
     return zlib.crc32(key) % num_partitions
+
+
+# --------------------------------------------------------------------------------------------------
+# What a producer placed (the interop tests of kafka-python and aiokafka)
+
+Placed = defaultdict[int, list[tuple[Any, ...]]]
+
+
+def placed_by_partition(sent: Sequence[tuple[Any, ...]], metas: Sequence[Any], partitions: int) -> Placed:
+    """The records ``sent`` (key, value, headers, timestamp) by the partition the producer's answers
+    (``metas``: .partition and .offset, in send order) name, each as (offset, key, value, headers,
+    timestamp). Checks what every client must see: a keyed record lands where Java's murmur2
+    partitioner puts it, and each partition's offsets follow the send order from 0."""
+    by_part: Placed = defaultdict(list)
+    for (key, value, headers, ts), meta in zip(sent, metas, strict=True):
+        if key is not None:
+            assert meta.partition == java_partition(key, partitions), (key, meta.partition)
+        by_part[meta.partition].append((meta.offset, key, value, headers, ts))
+    for p, recs in by_part.items():
+        assert [r[0] for r in recs] == list(range(len(recs))), f"partition {p}: offsets follow send order"
+    return by_part
+
+
+def check_offsets_for_times(found: Mapping[Any, Any], by_part: Placed, target: int) -> int:
+    """Checks a client's offsets_for_times answer ``found`` (TopicPartition: OffsetAndTimestamp, or
+    None) against ``by_part`` (as placed_by_partition gives it): each partition's first record at or
+    after ``target``, None where there is none. Returns how many records lie at or after it."""
+    total = 0
+    for tp, oat in found.items():
+        later = [r for r in by_part[tp.partition] if r[4] >= target]
+        if later:
+            assert oat is not None and oat.offset == later[0][0] and oat.timestamp == later[0][4]
+            total += len(later)
+        else:
+            assert oat is None
+    return total
 
 
 # --------------------------------------------------------------------------------------------------

@@ -413,6 +413,16 @@ def case_consumer_group_heartbeat(b: BrokerProcess, name: str, group: str) -> bo
     return code == 0
 
 
+def case_share_group_heartbeat(b: BrokerProcess, name: str, group: str) -> bool:
+    """A share-group member needs the same: READ on its group, DESCRIBE on the topics it subscribes to."""
+    import uuid
+
+    code = _raw_error(b, 76, 1, "share_group_heartbeat", "ShareGroupHeartbeatRequest", group_id=group,
+                      member_id=str(uuid.uuid4()), member_epoch=0, rack_id=None, subscribed_topic_names=(name,))
+    assert code in (0, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED), code
+    return code == 0
+
+
 MATRIX = [
     (case_list_offsets, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE)]),
     (case_describe_configs, [acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE_CONFIGS)]),
@@ -423,6 +433,8 @@ MATRIX = [
     (case_describe_groups, [acl(ResourceType.GROUP, "{group}", AclOperation.DESCRIBE)]),
     (case_consumer_group_heartbeat, [acl(ResourceType.GROUP, "{group}", AclOperation.READ),
                                      acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE)]),
+    (case_share_group_heartbeat, [acl(ResourceType.GROUP, "{group}", AclOperation.READ),
+                                  acl(ResourceType.TOPIC, "{topic}", AclOperation.DESCRIBE)]),
 ]
 
 

@@ -58,6 +58,19 @@ def new_connection_served(bootstrap: str, source: str | None = None) -> bool:
         return False
 
 
+def closed_at_once(bootstrap: str, source: str | None = None) -> bool:
+    """A new connection (from ``source``) is accepted by the kernel and then closed by the broker."""
+    with RawConnection(bootstrap, source_address=source) as c:
+        return c.wait_closed(timeout=30)
+
+
+def closed_while_other_served(closing: RawConnection, other: RawConnection, started: float, what: str) -> None:
+    """The broker closes ``closing`` (within 60 s of ``started``), serving ``other`` all the while."""
+    while not closing.wait_closed(timeout=0.05):
+        assert served(other), f"the other connection was closed before the {what} one"
+        assert time.monotonic() - started < 60, f"the {what} connection was not closed"
+
+
 def assert_unharmed(b: BrokerProcess, topic: str, value: bytes) -> None:
     """The broker is alive, serves a new client, and still has what was written before the attack
     (the test's own connections may not all have been counted out yet: a refused one is tried again)."""
@@ -90,13 +103,11 @@ def test_a_connection_beyond_max_connections_per_ip_is_closed_at_once(broker_fac
     try:
         write_one(first, "kept", b"before")
         assert served(first) and served(second)
-        with RawConnection(b.bootstrap) as third:  # the kernel accepts it; the broker closes it
-            assert third.wait_closed(timeout=30)
+        assert closed_at_once(b.bootstrap)  # a third one
         wait_until(lambda: "that address already has max.connections.per.ip=2 connections" in b.log_text(), 10,
                    what="the broker's line about the refused connection")
         assert served(first) and served(second)  # the two within the limit are served on
-        with RawConnection(b.bootstrap) as extra:
-            assert extra.wait_closed(timeout=30)
+        assert closed_at_once(b.bootstrap)
         first.close()
         # Its place is free once the broker has seen it close: a new connection is served.
         wait_until(lambda: new_connection_served(b.bootstrap), 30, what="a new connection served after one closed")
@@ -117,10 +128,8 @@ def test_overrides_set_the_limit_of_an_address(broker_factory: Any) -> None:
         write_one(local[0], "kept", b"before")
         assert all(served(c) for c in local)
         assert served(other)
-        with RawConnection(b.bootstrap) as fourth:
-            assert fourth.wait_closed(timeout=30)
-        with RawConnection(b.bootstrap, source_address="127.0.0.2") as second_other:
-            assert second_other.wait_closed(timeout=30)
+        assert closed_at_once(b.bootstrap)  # a fourth from 127.0.0.1
+        assert closed_at_once(b.bootstrap, source="127.0.0.2")  # a second from 127.0.0.2
         assert all(served(c) for c in local) and served(other)
     finally:
         for c in (*local, other):
@@ -203,9 +212,7 @@ def test_an_idle_connection_is_closed_and_an_active_one_is_not(broker_factory: A
     idle, active = RawConnection(b.bootstrap), RawConnection(b.bootstrap)
     try:
         assert served(idle)  # then silence
-        while not idle.wait_closed(timeout=0.05):
-            assert served(active), "the active connection was closed"
-            assert time.monotonic() - started < 60, "the idle connection was not closed"
+        closed_while_other_served(idle, active, started, "idle")
         assert time.monotonic() - started >= 0.5  # never before its time
         # The active one outlives several idle periods.
         while time.monotonic() - started < 2.0:
@@ -237,9 +244,7 @@ def test_an_unauthenticated_connection_on_a_sasl_listener_is_closed_when_idle(br
     try:
         assert handshake(lurker, "PLAIN").error_code == 0  # and never logs in
         assert login(user, "PLAIN", "alice", "alice-secret").error_code == 0
-        while not lurker.wait_closed(timeout=0.05):
-            assert served(user), "the logged-in, active connection was closed"
-            assert time.monotonic() - started < 60, "the unauthenticated connection was not closed"
+        closed_while_other_served(lurker, user, started, "unauthenticated")
         assert served(user)
     finally:
         lurker.close()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from helpers import java_partition
+from helpers import check_offsets_for_times, placed_by_partition
 
 PARTITIONS = 3
 
@@ -52,13 +51,7 @@ async def _scenario(bs: str, topic: str, idempotent: bool) -> None:
     finally:
         await producer.stop()
 
-    by_part: dict[int, list] = defaultdict(list)
-    for (key, value, headers, ts), meta in zip(sent, metas, strict=True):
-        if key is not None:
-            assert meta.partition == java_partition(key, PARTITIONS), (key, meta.partition)
-        by_part[meta.partition].append((meta.offset, key, value, headers, ts))
-    for p, recs in by_part.items():
-        assert [r[0] for r in recs] == list(range(len(recs))), f"partition {p}"
+    by_part = placed_by_partition(sent, metas, PARTITIONS)
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
                                 request_timeout_ms=15000, fetch_max_wait_ms=100)
@@ -83,15 +76,11 @@ async def _scenario(bs: str, topic: str, idempotent: bool) -> None:
         # Seek to a timestamp.
         target = t0 + 61 * 10 - 4
         found = await consumer.offsets_for_times({tp: target for tp in tps})
-        total = 0
+        total = check_offsets_for_times(found, by_part, target)
         for tp, oat in found.items():
-            later = [r for r in by_part[tp.partition] if r[4] >= target]
-            if later:
-                assert oat is not None and oat.offset == later[0][0] and oat.timestamp == later[0][4]
+            if oat is not None:
                 consumer.seek(tp, oat.offset)
-                total += len(later)
             else:
-                assert oat is None
                 await consumer.seek_to_end(tp)
         got = await _getn(consumer, total)
         assert sorted(r.value for r in got) == sorted(v for _, v, _, ts in sent if ts >= target)

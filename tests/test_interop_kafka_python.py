@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from helpers import RawConnection, java_partition, wait_until
+from helpers import RawConnection, check_offsets_for_times, placed_by_partition, wait_until
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 from kafka.errors import TopicAlreadyExistsError
@@ -60,13 +60,7 @@ def test_produce_consume_seek(module_broker, admin) -> None:
     metas = [f.get(timeout=30) for f in futures]
     producer.close(timeout=10)
 
-    by_part: dict[int, list] = defaultdict(list)
-    for (key, value, headers, ts), meta in zip(sent, metas, strict=True):
-        if key is not None:
-            assert meta.partition == java_partition(key, PARTITIONS), (key, meta.partition)
-        by_part[meta.partition].append((meta.offset, key, value, headers, ts))
-    for p, recs in by_part.items():
-        assert [r[0] for r in recs] == list(range(len(recs))), f"partition {p}: offsets follow send order"
+    by_part = placed_by_partition(sent, metas, PARTITIONS)
 
     # The default producer is idempotent: its batches carry a producer id and sequence numbers.
     with RawConnection(bs) as raw:
@@ -101,15 +95,11 @@ def test_produce_consume_seek(module_broker, admin) -> None:
         # Seek to a timestamp.
         target = t0 + 33 * 10 - 1
         found = consumer.offsets_for_times({tp: target for tp in tps}, timeout_ms=15000)
-        expected_total = 0
+        expected_total = check_offsets_for_times(found, by_part, target)
         for tp, oat in found.items():
-            later = [r for r in by_part[tp.partition] if r[4] >= target]
-            if later:
-                assert oat is not None and oat.offset == later[0][0] and oat.timestamp == later[0][4]
+            if oat is not None:
                 consumer.seek(tp, oat.offset)
-                expected_total += len(later)
             else:
-                assert oat is None
                 consumer.seek_to_end(tp)
         got = _poll_n(consumer, expected_total)
         assert sorted(r.value for r in got) == sorted(v for _, v, _, ts in sent if ts >= target)

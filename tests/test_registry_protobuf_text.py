@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import importlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
-from test_schema_registry import _consume, _produce, call, registry_broker, wait_loaded
+from test_schema_registry import _consume, _produce, call
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -58,14 +57,8 @@ PLACE_REF = {"name": "strom_pt_place.proto", "subject": "strom_pt_place.proto", 
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
-    broker, url = registry_broker(tmp_path_factory.mktemp("registry-proto-text") / "data")
-    broker.start()
-    try:
-        wait_loaded(url)
-        yield broker, url
-    finally:
-        broker.stop()
+def registry(registry_broker: BrokerProcess) -> tuple[BrokerProcess, str]:
+    return registry_broker, registry_broker.registry_url
 
 
 def register(url: str, subject: str, schema: str, references: list[dict[str, Any]] | None = None,

@@ -10,7 +10,6 @@ import base64
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ HTTP_TIMEOUT = 10.0
 pytestmark = pytest.mark.timeout(180)
 
 
-def registry_broker(data_dir: Path) -> tuple[BrokerProcess, str]:
+def registry_broker_at(data_dir: Path) -> tuple[BrokerProcess, str]:
     port = free_port()
     broker = BrokerProcess(data_dir, overrides={"schema.registry.listeners": f"http://127.0.0.1:{port}"})
     return broker, f"http://127.0.0.1:{port}"
@@ -54,14 +53,8 @@ def wait_loaded(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
-    broker, url = registry_broker(tmp_path_factory.mktemp("registry") / "data")
-    broker.start()
-    try:
-        wait_loaded(url)
-        yield broker, url
-    finally:
-        broker.stop()
+def registry(registry_broker: BrokerProcess) -> tuple[BrokerProcess, str]:
+    return registry_broker, registry_broker.registry_url
 
 
 def record(*fields: dict[str, Any], name: str = "User") -> str:
@@ -379,7 +372,7 @@ def test_records_in_schemas_are_confluents(registry: tuple[BrokerProcess, str]) 
 
 
 def test_state_survives_sigkill(tmp_path: Path) -> None:
-    broker, url = registry_broker(tmp_path / "data")
+    broker, url = registry_broker_at(tmp_path / "data")
     broker.start()
     try:
         wait_loaded(url)

@@ -7,53 +7,32 @@ password is refused by the broker that got it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
 from brokerproc import free_port
 from clusterproc import Cluster
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from helpers import wait_until
+from saslssl_cluster import BROKER_USER, add_scram_users, inter_broker_sasl_ssl, write_tls_files
 
 pytestmark = pytest.mark.timeout(300)
-
-BROKER_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-               'username="broker" password="broker-secret";')
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, dict[int, str], Path]]:
     root = tmp_path_factory.mktemp("secure-registry-cluster")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(root / "ca.pem"))
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(root / "server.pem"))
+    write_tls_files(root)
     registry_ports = {b: free_port() for b in (1, 2, 3)}
 
-    def add_users(zk_connect: str) -> None:
-        for user, password in (("broker", "broker-secret"), ("alice", "alice-secret")):
-            subprocess.run([sys.executable, "-m", "strom.cli.main", "users", "add", user, "--password", password,
-                            "-m", "SCRAM-SHA-512", "--zookeeper", zk_connect], check=True, timeout=60,
-                           capture_output=True)
-
     def broker_settings(broker_id: int, client_port: int) -> dict[str, str]:
-        return {
-            "listeners": f"CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{free_port()}",
-            "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:SASL_SSL",
-            "inter.broker.listener.name": "INTERNAL",
-            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-            "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "listener.name.internal.scram-sha-512.sasl.jaas.config": BROKER_JAAS,
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(root / "server.pem"),
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(root / "ca.pem"),
-            "schema.registry.listeners": f"https://127.0.0.1:{registry_ports[broker_id]}",
-        }
+        return {**inter_broker_sasl_ssl(root, client_port),
+                "schema.registry.listeners": f"https://127.0.0.1:{registry_ports[broker_id]}"}
 
-    c = Cluster(root, broker_settings=broker_settings, before_brokers=add_users).start()
+    c = Cluster(root, broker_settings=broker_settings,
+                before_brokers=lambda zk: add_scram_users(zk, BROKER_USER, ("alice", "alice-secret"))).start()
     try:
         yield c, {b: f"https://127.0.0.1:{p}" for b, p in registry_ports.items()}, root
     finally:

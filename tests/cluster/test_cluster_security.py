@@ -7,15 +7,11 @@ through one broker can log in at every other (ZooKeeper's /config/users)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
-from brokerproc import free_port
 from clusterproc import (
     SESSION_TIMEOUT_MS,
     Cluster,
@@ -24,40 +20,22 @@ from clusterproc import (
     wait_replicas_identical,
 )
 from helpers import wait_until
+from saslssl_cluster import BROKER_USER, add_scram_users, inter_broker_sasl_ssl, write_tls_files
 
 pytestmark = pytest.mark.timeout(300)
-
-BROKER_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-               'username="broker" password="broker-secret";')
 
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Path]]:
     root = tmp_path_factory.mktemp("secure-cluster")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(root / "ca.pem"))
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(root / "server.pem"))
-
-    def add_broker_user(zk_connect: str) -> None:
-        subprocess.run([sys.executable, "-m", "strom.cli.main", "users", "add", "broker", "--password", "broker-secret",
-                        "-m", "SCRAM-SHA-512", "--zookeeper", zk_connect], check=True, timeout=60, capture_output=True)
+    write_tls_files(root)
 
     def broker_settings(broker_id: int, client_port: int) -> dict[str, str]:
-        internal = free_port()
-        return {
-            "listeners": f"CLIENT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{internal}",
-            "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:SASL_SSL",
-            "inter.broker.listener.name": "INTERNAL",
-            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-            "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "listener.name.internal.scram-sha-512.sasl.jaas.config": BROKER_JAAS,
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(root / "server.pem"),
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(root / "ca.pem"),
-            # Sessions of 4 s: the fetchers must log in again several times during the test.
-            "connections.max.reauth.ms": "4000",
-        }
+        # Sessions of 4 s: the fetchers must log in again several times during the test.
+        return {**inter_broker_sasl_ssl(root, client_port), "connections.max.reauth.ms": "4000"}
 
-    c = Cluster(root, broker_settings=broker_settings, before_brokers=add_broker_user).start()
+    c = Cluster(root, broker_settings=broker_settings,
+                before_brokers=lambda zk: add_scram_users(zk, BROKER_USER)).start()
     try:
         yield c, root
     finally:

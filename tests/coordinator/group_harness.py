@@ -91,6 +91,14 @@ class Harness:
         assert isinstance(r, JoinGroupResult), f"no JoinGroup answer for {tok}: {r!r}"
         return r
 
+    def two_joined(self, **join: Any) -> tuple[str, str]:
+        """Two members join (with ``join``'s settings) and the join phase ends: (leader, the other)."""
+        toks = [self.join(**join) for _ in range(2)]
+        self.advance(0)
+        leader = self.join_result(toks[0]).leader
+        other = next(self.join_result(t).member_id for t in toks if self.join_result(t).member_id != leader)
+        return leader, other
+
     def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None,
              group: str = "g", instance: str | None = None) -> Token:
         tok = self.token("sync")

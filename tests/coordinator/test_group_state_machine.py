@@ -183,10 +183,7 @@ def test_leave_unknown_member_and_unknown_group() -> None:
 
 def test_follower_that_never_syncs_is_removed_after_rebalance_timeout() -> None:
     h = Harness()
-    toks = [h.join(rebalance=10_000, session=20_000) for _ in range(2)]
-    h.advance(0)
-    leader = h.join_result(toks[0]).leader
-    other = next(h.join_result(t).member_id for t in toks if h.join_result(t).member_id != leader)
+    leader, other = h.two_joined(rebalance=10_000, session=20_000)
     st = h.sync(leader, 1, {leader: b"L", other: b"O"})
     assert h.sync_result(st).assignment == b"L"
     h.advance(10_000)
@@ -196,10 +193,7 @@ def test_follower_that_never_syncs_is_removed_after_rebalance_timeout() -> None:
 
 def test_sync_before_leader_waits_and_gets_its_assignment() -> None:
     h = Harness()
-    toks = [h.join() for _ in range(2)]
-    h.advance(0)
-    leader = h.join_result(toks[0]).leader
-    other = next(h.join_result(t).member_id for t in toks if h.join_result(t).member_id != leader)
+    leader, other = h.two_joined()
     ft = h.sync(other, 1)
     assert h.answer(ft) is None
     h.sync(leader, 1, {leader: b"L", other: b"O"})
@@ -208,20 +202,14 @@ def test_sync_before_leader_waits_and_gets_its_assignment() -> None:
 
 def test_leader_assignment_missing_a_member_gives_it_empty_assignment() -> None:
     h = Harness()
-    toks = [h.join() for _ in range(2)]
-    h.advance(0)
-    leader = h.join_result(toks[0]).leader
-    other = next(h.join_result(t).member_id for t in toks if h.join_result(t).member_id != leader)
+    leader, other = h.two_joined()
     h.sync(leader, 1, {leader: b"L"})
     assert h.sync_result(h.sync(other, 1)).assignment == b""
 
 
 def test_rebalance_during_completing_rebalance_fails_parked_syncs() -> None:
     h = Harness()
-    toks = [h.join() for _ in range(2)]
-    h.advance(0)
-    leader = h.join_result(toks[0]).leader
-    other = next(h.join_result(t).member_id for t in toks if h.join_result(t).member_id != leader)
+    leader, other = h.two_joined()
     ft = h.sync(other, 1)
     h.join()  # a newcomer forces a new rebalance before the leader syncs
     assert h.sync_result(ft).error is E.rebalance_in_progress
@@ -353,10 +341,7 @@ def test_fenced_static_member_leave() -> None:
 
 def test_failed_sync_store_fails_members_and_rebalances() -> None:
     h = Harness()
-    toks = [h.join() for _ in range(2)]
-    h.advance(0)
-    leader = h.join_result(toks[0]).leader
-    other = next(h.join_result(t).member_id for t in toks if h.join_result(t).member_id != leader)
+    leader, other = h.two_joined()
     ft = h.sync(other, 1)
     h.fail_next_append = True
     lt = h.sync(leader, 1, {leader: b"L", other: b"O"})

@@ -7,6 +7,7 @@ milliseconds, with the subject names the tests need, and no openssl command line
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,25 @@ def start_secure(certs: Certs, data_dir: Path, names: tuple[str, ...] = ("PLAINT
     proc = BrokerProcess(data_dir, port=ports[names[0]], overrides=secure_overrides(certs, ports, **extra))
     proc.start()
     return SecureBroker(proc, {name: f"127.0.0.1:{port}" for name, port in ports.items()})
+
+
+def start_admin_broker(certs: Certs, data_dir: Path, scheme: str, super_users: str) -> SecureBroker:
+    """A broker with an ACL authorizer and its admin HTTP listener on ``scheme``://127.0.0.1 (a free
+    port), reached through PLAINTEXT (User:ANONYMOUS, which sets the tests up: name it in
+    ``super_users``) and SASL_PLAINTEXT (the users of PLAIN_JAAS)."""
+    return start_secure(certs, data_dir, ("PLAINTEXT", "SASL_PLAINTEXT"),
+                        **{"admin.listeners": f"{scheme}://127.0.0.1:0",
+                           "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                           "super.users": super_users})
+
+
+def admin_url(b: BrokerProcess) -> str:
+    """The admin listener's URL (http or https, 127.0.0.1 and its port), as the broker logs it once ready."""
+    for line in b.log_lines:
+        m = re.search(r"admin listener ready on (https?://\S+) ", line)
+        if m:
+            return m.group(1)
+    raise AssertionError("no admin listener in the log")
 
 
 def add_scram_user(bootstrap: str, name: str, password: str) -> None:

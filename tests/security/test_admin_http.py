@@ -13,7 +13,6 @@ import base64
 import hashlib
 import http.client
 import json
-import re
 import threading
 import types
 from collections.abc import Iterator
@@ -22,17 +21,13 @@ from typing import Any
 import pytest
 from brokerproc import BrokerProcess
 from helpers import RawConnection, wait_until
-from sechelpers import Certs, SecureBroker, add_scram_user, start_secure
+from sechelpers import Certs, SecureBroker, add_scram_user, admin_url, start_admin_broker, start_secure
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def admin_port(b: BrokerProcess) -> int:
-    for line in b.log_lines:
-        m = re.search(r"admin listener ready on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            return int(m.group(1))
-    raise AssertionError("no admin listener in the log")
+    return int(admin_url(b).rsplit(":", 1)[1])
 
 
 def call(port: int, method: str, path: str, host: str | None = None, origin: str | None = None,
@@ -132,11 +127,8 @@ def test_a_bad_allowed_host_stops_the_broker_with_one_line(tmp_path: Any) -> Non
 
 @pytest.fixture(scope="module")
 def sasl_broker(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    b = start_secure(certs, tmp_path_factory.mktemp("admin-http") / "data", ("PLAINTEXT", "SASL_PLAINTEXT"),
-                     **{"admin.listeners": "http://127.0.0.1:0",
-                        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                        # The PLAINTEXT listener (User:ANONYMOUS) sets the tests up.
-                        "super.users": "User:ANONYMOUS;User:admin;User:carol;User:dave"})
+    b = start_admin_broker(certs, tmp_path_factory.mktemp("admin-http") / "data", "http",
+                           "User:ANONYMOUS;User:admin;User:carol;User:dave")
     try:
         yield b
     finally:

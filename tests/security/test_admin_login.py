@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import ssl
 import urllib.error
 import urllib.request
@@ -16,36 +15,25 @@ from typing import Any
 
 import pytest
 from helpers import RawConnection, wait_until
-from sechelpers import Certs, SecureBroker, add_scram_user, start_secure
+from sechelpers import Certs, SecureBroker, add_scram_user, admin_url, start_admin_broker
 
 pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture(scope="module")
 def console_broker(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    b = start_secure(certs, tmp_path_factory.mktemp("console") / "data", ("PLAINTEXT", "SASL_PLAINTEXT"),
-                     **{"admin.listeners": "https://127.0.0.1:0",
-                        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                        # The PLAINTEXT listener (User:ANONYMOUS) sets the test up; admin is the operator.
-                        "super.users": "User:ANONYMOUS;User:admin"})
+    # User:admin is the operator.
+    b = start_admin_broker(certs, tmp_path_factory.mktemp("console") / "data", "https", "User:ANONYMOUS;User:admin")
     try:
         yield b
     finally:
         b.proc.stop()
 
 
-def base_url(b: SecureBroker) -> str:
-    for line in b.proc.log_lines:
-        m = re.search(r"admin listener ready on (https://\S+?) ", line)
-        if m:
-            return m.group(1)
-    raise AssertionError("no https admin listener in the log")
-
-
 def call(b: SecureBroker, certs: Certs, method: str, path: str, user: str | None = None,
          password: str = "", body: Any = None) -> tuple[int, Any]:
     ctx = ssl.create_default_context(cafile=str(certs.ca))
-    req = urllib.request.Request(base_url(b) + path, method=method,
+    req = urllib.request.Request(admin_url(b.proc) + path, method=method,
                                  data=None if body is None else json.dumps(body).encode())
     if body is not None:
         req.add_header("Content-Type", "application/json")
@@ -130,7 +118,7 @@ def test_a_scram_user_logs_in_and_a_super_user_may_do_anything(console_broker: S
 
 
 def test_the_console_is_https_only_here(console_broker: SecureBroker) -> None:
-    plain = base_url(console_broker).replace("https://", "http://")
+    plain = admin_url(console_broker.proc).replace("https://", "http://")
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(plain + "/healthz", timeout=5).read()
 

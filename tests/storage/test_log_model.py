@@ -124,19 +124,16 @@ class PartitionLogMachine(RuleBasedStateMachine):
             self.path, "t", 0, CONFIG, recovery_point=recovery_point, log_start_offset=self.log_start
         )
 
+    def _reopen_clean(self) -> None:
+        """Open the log again as after a clean shutdown (everything up to the end recovered)."""
+        self.log = PartitionLog.open(self.path, "t", 0, CONFIG, recovery_point=self.next_offset,
+                                     log_start_offset=self.log_start, clean_shutdown=True)
+
     @rule()
     def close_and_reopen_clean(self) -> None:
         self.log.flush()
         self.log.close()
-        self.log = PartitionLog.open(
-            self.path,
-            "t",
-            0,
-            CONFIG,
-            recovery_point=self.next_offset,
-            log_start_offset=self.log_start,
-            clean_shutdown=True,
-        )
+        self._reopen_clean()
 
     @rule(data=st.data())
     def damage_indexes_and_reopen_clean(self, data: st.DataObject) -> None:
@@ -153,15 +150,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
                 path.write_bytes(b"")
             elif damage == "delete":
                 path.unlink()
-        self.log = PartitionLog.open(
-            self.path,
-            "t",
-            0,
-            CONFIG,
-            recovery_point=self.next_offset,
-            log_start_offset=self.log_start,
-            clean_shutdown=True,
-        )
+        self._reopen_clean()
 
     @precondition(lambda self: self.batches)
     @rule(data=st.data())

@@ -70,6 +70,8 @@ class Server(Protocol):
     def quotas(self) -> QuotaManager: ...
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
     def api_versions_body(self, error_code: int = 0) -> dict[str, Any]: ...
+    def connection_closed(self, connection_id: int) -> None:
+        """The connection ``connection_id`` is gone (what it held, e.g. share sessions, ends with it)."""
 
 
 class _Slot:
@@ -172,9 +174,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.broker.connections.discard(self)
-        closed = getattr(self.broker, "connection_closed", None)  # the broker's share sessions end with it
-        if closed is not None:
-            closed(self.id)
+        self.broker.connection_closed(self.id)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -112,19 +112,11 @@ class StromCommand(click.Command):
         return _run_guarded(lambda: super(StromCommand, self).invoke(ctx))
 
 
-class StromGroup(click.Group):
-    """A command group with the same one-line errors (also for an unknown subcommand)."""
+class StromGroup(StromCommand, click.Group):
+    """A command group with the same one-line errors (also for an unknown subcommand): StromCommand's
+    parse_args and invoke wrap click.Group's."""
 
     command_class = StromCommand
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as e:
-            raise _convert_usage_error(e) from None
-
-    def invoke(self, ctx: click.Context) -> Any:
-        return _run_guarded(lambda: super(StromGroup, self).invoke(ctx))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 import crc32c
 
 from strom.records import batch as rb
-from strom.records.codec import DEFAULT_MAX_INFLATED, RecordsReader, _read_varint, _write_varint, compress
+from strom.records.codec import (
+    DEFAULT_MAX_INFLATED,
+    RecordsReader,
+    _read_bytes,
+    _read_varint,
+    _write_varint,
+    compress,
+)
 
 DELETE_HORIZON_MASK = 0x40
 NO_TIMESTAMP = -1
@@ -53,15 +60,6 @@ def delete_horizon(header: rb.BatchHeader) -> int | None:
     return header.base_timestamp if header.attributes & DELETE_HORIZON_MASK else None
 
 
-def _read_field(data: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
-    n, pos = _read_varint(data, pos)
-    if n < 0:
-        return None, pos
-    if pos + n > end:
-        raise rb.InvalidRecordBatch("record field out of bounds")
-    return bytes(data[pos : pos + n]), pos + n
-
-
 def parse_records(buf: bytes | memoryview, header: rb.BatchHeader,
                   max_size: int = DEFAULT_MAX_INFLATED) -> list[RawRecord]:
     """The records of the batch at ``header.position`` in ``buf`` (decompressed a chunk at a time,
@@ -80,8 +78,8 @@ def parse_records(buf: bytes | memoryview, header: rb.BatchHeader,
         pos += 1
         ts_delta, pos = _read_varint(data, pos)
         offset_delta, pos = _read_varint(data, pos)
-        key, pos = _read_field(data, pos, rec_end)
-        value, pos = _read_field(data, pos, rec_end)
+        key, pos = _read_bytes(data, pos, rec_end)
+        value, pos = _read_bytes(data, pos, rec_end)
         if pos > rec_end:
             raise rb.InvalidRecordBatch("record fields overrun the record length")
         out.append(RawRecord(attributes, base_ts + ts_delta, offset_delta, key, value, bytes(data[pos:rec_end])))

@@ -6,61 +6,30 @@ changed, its partitions (topic ids). v1 adds the broker-resolved regular express
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.handlers.group_heartbeat import MetadataTopics, failed, heartbeat_coordinator
 from strom.coordinator.api import duration_ms
-from strom.coordinator.consumer_group import HeartbeatError, HeartbeatRequest, TopicImage
-from strom.coordinator.group_runtime import coordinator_for
+from strom.coordinator.consumer_group import HeartbeatError, HeartbeatRequest
 from strom.protocol.errors import ErrorCode as E
-from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
-    from strom.cluster.metadata import TopicInfo
 
 API_KEY = 68
 MIN_VERSION = 0
 MAX_VERSION = 1
 
 
-class MetadataTopics(Mapping[str, TopicImage]):
-    """The broker's topics as the group sees them (id and partition count), read at each heartbeat."""
-
-    def __init__(self, topics: Mapping[str, TopicInfo]) -> None:
-        self._topics = topics
-
-    def __getitem__(self, name: str) -> TopicImage:
-        info = self._topics[name]
-        return TopicImage(info.topic_id, info.partitions)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._topics)
-
-    def __len__(self) -> int:
-        return len(self._topics)
-
-
-def _error(error: E, message: str | None = None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": error, "error_message": message, "member_id": None,
-            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
-
-
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     if "consumer" not in broker.config.group_coordinator_rebalance_protocols:
         # group.coordinator.rebalance.protocols without consumer: not offered, as in Kafka.
-        return _error(E.unsupported_version, "The new consumer group protocol is not enabled.")
-    acls = broker.acls
-    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _error(E.group_authorization_failed)
+        return failed(E.unsupported_version, "The new consumer group protocol is not enabled.")
     names = request.subscribed_topic_names
-    if names and acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names):
-        # Kafka: a member may subscribe only to topics it may describe.
-        return _error(E.topic_authorization_failed)
-    coord, error = coordinator_for(broker, request.group_id)
-    if coord is None:
-        return _error(error)
+    coord = heartbeat_coordinator(broker, ctx, request.group_id, names)
+    if isinstance(coord, E):
+        return failed(coord)
     owned = request.topic_partitions
     req = HeartbeatRequest(
         group_id=request.group_id,
@@ -78,7 +47,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         r = await coord.consumer_group_heartbeat(req, MetadataTopics(broker.metadata.topics()),
                                            (ctx.client_id or "", f"/{ctx.client_host}"))
     except HeartbeatError as e:
-        return _error(e.error, e.message)
+        return failed(e.error, e.message)
     return {
         "throttle_time": 0,
         "error_code": r.error,

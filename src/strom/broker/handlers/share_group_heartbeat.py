@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.handlers.consumer_group_heartbeat import MetadataTopics
-from strom.coordinator.group_runtime import coordinator_for
+from strom.broker.handlers.group_heartbeat import MetadataTopics, failed, heartbeat_coordinator
 from strom.coordinator.share_group import ShareHeartbeatError, ShareHeartbeatRequest
 from strom.protocol.errors import ErrorCode as E
-from strom.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
@@ -22,28 +20,18 @@ MIN_VERSION = 1
 MAX_VERSION = 1
 
 
-def _error(error: E, message: str | None = None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": error, "error_message": message, "member_id": None,
-            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
-
-
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    acls = broker.acls
-    if not acls.allowed(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _error(E.group_authorization_failed)
     names = request.subscribed_topic_names
-    if names and acls.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names):
-        return _error(E.topic_authorization_failed)
-    coord, error = coordinator_for(broker, request.group_id)
-    if coord is None:
-        return _error(error)
+    coord = heartbeat_coordinator(broker, ctx, request.group_id, names)
+    if isinstance(coord, E):
+        return failed(coord)
     req = ShareHeartbeatRequest(request.group_id, request.member_id, request.member_epoch, request.rack_id,
                                 None if names is None else tuple(names))
     try:
         r = await coord.share_group_heartbeat(req, MetadataTopics(broker.metadata.topics()),
                                               (ctx.client_id or "", f"/{ctx.client_host}"))
     except ShareHeartbeatError as e:
-        return _error(e.error, e.message)
+        return failed(e.error, e.message)
     return {
         "throttle_time": 0, "error_code": E.none, "error_message": None, "member_id": r.member_id,
         "member_epoch": r.member_epoch, "heartbeat_interval": r.heartbeat_interval_ms,
