@@ -335,7 +335,7 @@ class SharePartitionManager:
             if transitions:
                 changed.append((key, share, transitions))  # what was applied before an error is written too
         written = await asyncio.gather(*(self._write(share, [b for t in ts for b in t.batches()],
-                                                     min(share.sp.start_after(t) for t in ts))
+                                                     share.sp.start_after(*ts))
                                          for _, share, ts in changed))
         now = self.clock()
         for (key, share, transitions), error in zip(changed, written, strict=True):

@@ -347,9 +347,9 @@ class SharePartition:
             return r if r.rollback is None else InFlight(r.rollback[0], r.delivery_count)
         return _runs((o, committed(r)) for o, r in self.records.items())
 
-    def start_after(self, transition: Transition) -> int:
-        """The start offset once ``transition`` completes written (other pending ones not)."""
-        mine = {id(r) for _, r in transition.records}
+    def start_after(self, *transitions: Transition) -> int:
+        """The start offset once ``transitions`` complete written (other pending ones not)."""
+        mine = {id(r) for t in transitions for _, r in t.records}
         for offset, r in self.records.items():
             if r.state not in TERMINAL or (r.rollback is not None and id(r) not in mine):
                 return offset
