@@ -312,13 +312,17 @@ def test_share_group_admin_apis_when_the_state_lives_on_other_brokers(cluster: C
     from confluent_kafka.admin import AdminClient, NewTopic
 
     state_at = share_state_coordinator(cluster)
-    a, b = [x for x in sorted(cluster.brokers) if x != state_at]
-    # The group's coordinator is a broker other than the share coordinator (offsets.topic.num.partitions=3).
-    def coordinated_by_a() -> str | None:
-        g = unique("sha")
-        return g if coordinator_of_group(cluster, g) == a else None
 
-    group = wait_until(coordinated_by_a, 30, what="a group coordinated by another broker than the share coordinator")
+    # The group's coordinator is a broker other than the share coordinator (offsets.topic.num.partitions=3
+    # spreads the groups; whichever brokers lead them after earlier tests' kills).
+    def coordinated_elsewhere() -> tuple[str, int] | None:
+        g = unique("sha")
+        c = coordinator_of_group(cluster, g)
+        return (g, c) if c is not None and c != state_at else None
+
+    group, a = wait_until(coordinated_elsewhere, 30,
+                          what="a group coordinated by another broker than the share coordinator")
+    [b] = [x for x in sorted(cluster.brokers) if x not in (state_at, a)]
     at_coordinator = cluster.brokers[a].bootstrap
     with RawConnection(at_coordinator) as conn:
         versions = {k.api_key: (k.min_version, k.max_version) for k in conn.request(
