@@ -495,3 +495,67 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(secured: B
     p.commit_transaction(15)
     # The record, then the COMMIT marker (a raw fetch shows control records too).
     assert records_in(secured, name)[:1] == [b"in a transaction"]
+
+
+def test_share_group_offsets_apis_need_kafkas_acls(secured: BrokerProcess) -> None:
+    """DescribeShareGroupOffsets needs DESCRIBE on the group and on each topic, AlterShareGroupOffsets
+    READ on both, DeleteShareGroupOffsets DELETE on the group and READ on the topics (Kafka's
+    KafkaApis): GROUP_AUTHORIZATION_FAILED for the whole request, TOPIC_AUTHORIZATION_FAILED per topic
+    (a describe of every topic leaves the hidden ones out); nothing changes on a refusal."""
+    from confluent_kafka import Producer
+    from test_share_groups import fresh, poll_until, set_group_configs, share_consumer
+    from test_share_groups_admin import alter, delete, describe_offsets, offsets_of
+
+    group, name = fresh("sg"), topic(secured, "shq")
+    rights = [acl(ResourceType.GROUP, group, AclOperation.ALL), acl(ResourceType.TOPIC, name, AclOperation.ALL)]
+    grant(secured, *rights)
+    set_group_configs(secured.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    p = Producer({"bootstrap.servers": secured.bootstrap})
+    for v in (b"a", b"b", b"c"):
+        p.produce(name, v, partition=0)
+    assert p.flush(15) == 0
+    c = share_consumer(secured.bootstrap, group, name)
+    try:
+        poll_until(c, lambda got: len(got) >= 3)
+        c.commit_sync(15)
+    finally:
+        c.close()
+
+    def empty() -> bool:
+        with RawConnection(secured.bootstrap) as conn:
+            d = conn.request(77, 1, request_class("share_group_describe", 1, "ShareGroupDescribeRequest")(
+                group_ids=(group,), include_authorized_operations=False)).groups[0]
+        return bool(d.group_state == "Empty")
+    wait_until(empty, 20, what="the share group empty")
+    with RawConnection(secured.bootstrap) as conn:
+        assert offsets_of(describe_offsets(conn, group, {name: [0]})) == {(name, 0): (3, 0, 0)}
+    denied_group = [acl(ResourceType.GROUP, group, op, AclPermission.DENY)
+                    for op in (AclOperation.DESCRIBE, AclOperation.READ, AclOperation.DELETE)]
+    grant(secured, *denied_group)
+    try:
+        with RawConnection(secured.bootstrap) as conn:
+            assert describe_offsets(conn, group, {name: [0]}).error_code == GROUP_AUTHORIZATION_FAILED
+            assert alter(conn, group, {(name, 0): 0}).error_code == GROUP_AUTHORIZATION_FAILED
+            assert delete(conn, group, [name]).error_code == GROUP_AUTHORIZATION_FAILED
+    finally:
+        revoke(secured, *denied_group)
+    denied_topic = [acl(ResourceType.TOPIC, name, op, AclPermission.DENY)
+                    for op in (AclOperation.DESCRIBE, AclOperation.READ)]
+    grant(secured, *denied_topic)
+    try:
+        with RawConnection(secured.bootstrap) as conn:
+            d = describe_offsets(conn, group, {name: [0]})
+            assert d.error_code == 0 and offsets_of(d) == {(name, 0): (-1, -1, TOPIC_AUTHORIZATION_FAILED)}
+            assert offsets_of(describe_offsets(conn, group, None)) == {}  # left out when all are asked for
+            r = alter(conn, group, {(name, 0): 0})
+            assert r.error_code == 0
+            assert [(t.topic_name, p.error_code) for t in r.responses for p in t.partitions] == [
+                (name, TOPIC_AUTHORIZATION_FAILED)]
+            r = delete(conn, group, [name])
+            assert r.error_code == 0 and [(t.topic_name, t.error_code) for t in r.responses] == [
+                (name, TOPIC_AUTHORIZATION_FAILED)]
+    finally:
+        revoke(secured, *denied_topic)
+    with RawConnection(secured.bootstrap) as conn:
+        assert offsets_of(describe_offsets(conn, group, {name: [0]})) == {(name, 0): (3, 0, 0)}  # unchanged
+    revoke(secured, *rights)

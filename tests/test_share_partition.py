@@ -59,6 +59,33 @@ def test_records_go_to_one_member_at_a_time_and_accepted_ones_never_again() -> N
     assert sp.start_offset == sp.end_offset == 10 and not sp.records
 
 
+def test_a_refused_write_rolls_back_and_the_records_are_delivered_again() -> None:
+    sp = SharePartition(0, SharePartitionSettings(delivery_count_limit=3))
+    sp.acquire("a", batches(0, 4), 100, LOCK, now=0)
+    accept = sp.begin_acknowledge("a", 0, 2, [ACCEPT])
+    # Pending: not done yet (the start stays), not acknowledgeable again; the write carries them.
+    assert sp.start_offset == 0 and sp.start_after(accept) == 3
+    assert [(b.first_offset, b.last_offset, b.delivery_state) for b in accept.batches()] == [(0, 2, 2)]
+    with pytest.raises(InvalidRecordState):
+        sp.acknowledge("a", 1, 1, [ACCEPT])
+    assert sp.state_batches()[0].delivery_state == RecordState.AVAILABLE  # what is written stays committed
+    release = sp.begin_acknowledge("a", 3, 4, [RELEASE])
+    # A pending RELEASE is not handed out before its write.
+    assert sp.acquire("b", batches(sp.next_fetch_offset(), 4), 100, LOCK, now=0) == []
+    assert sp.complete(accept, False, now=10) == 0  # refused: "a" holds 0-2 again, under its lock
+    assert sp.start_offset == 0 and sp.acquired_by("a") == [0, 1, 2]
+    assert sp.complete(release, False, now=LOCK) == 2  # refused after the lock ran out: available
+    again = sp.acquire("b", batches(sp.next_fetch_offset(), 4), 100, LOCK, now=LOCK)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in again] == [(3, 4, 2)]
+    assert sp.expire_locks(LOCK) == 3  # 0-2 come back when a's lock runs out, and are delivered again
+    again = sp.acquire("b", batches(sp.next_fetch_offset(), 4), 100, LOCK, now=LOCK)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in again] == [(0, 2, 2)]
+    # Written: the states stay and the start moves.
+    done = sp.begin_acknowledge("b", 0, 4, [ACCEPT])
+    sp.complete(done, True, now=LOCK)
+    assert sp.start_offset == 5 and not sp.records
+
+
 def test_lock_expiry_and_delivery_limit() -> None:
     sp = SharePartition(0, SharePartitionSettings(delivery_count_limit=2))
     sp.acquire("a", batches(0, 0), 10, LOCK, now=0)

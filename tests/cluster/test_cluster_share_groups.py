@@ -4,7 +4,12 @@ leader of the key's partition of __share_group_state), reached over ReadShareGro
 WriteShareGroupState when it is another broker. Three members share a replicated partition while a
 producer streams into it; the partition's leader, or the share coordinator's broker, is SIGKILLed
 mid-stream. Every record in the log ends accepted exactly once by the members' accounting, none
-whose acceptance was confirmed is delivered again; records in flight at the kill come back."""
+whose acceptance was confirmed is delivered again; records in flight at the kill come back.
+
+The admin APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets,
+DeleteGroups) answered by a group coordinator that is neither the share coordinator of the state
+nor the leader of every partition: the state is reached with ReadShareGroupStateSummary (87),
+InitializeShareGroupState (83) and DeleteShareGroupState (86), the lag with ListOffsets."""
 
 from __future__ import annotations
 
@@ -211,3 +216,214 @@ def test_share_group_survives_its_partition_leader_sigkill(cluster: Cluster) -> 
 
 def test_share_group_survives_its_share_coordinator_sigkill(cluster: Cluster) -> None:
     run_with_kill(cluster, "coordinator")
+
+
+# ---- the admin APIs across brokers -------------------------------------------------------------
+
+
+def coordinator_of_group(cluster: Cluster, group: str) -> int | None:
+    with RawConnection(cluster.bootstrap.split(",")[0]) as conn:
+        r = conn.request(10, 6, request_class("find_coordinator", 6, "FindCoordinatorRequest")(
+            key_type=0, coordinator_keys=(group,)))
+    [c] = r.coordinators
+    return int(c.node_id) if c.error_code == E.none else None
+
+
+def describe_offsets(bootstrap: str, group: str, topic: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(topic, partition) -> (start offset, lag, error) of every share partition of ``topic`` the
+    group has state for (all asked for: topics null)."""
+    mod = __import__("kio.schema.describe_share_group_offsets.v1.request", fromlist=["x"])
+    with RawConnection(bootstrap) as conn:
+        [g] = conn.request(90, 1, mod.DescribeShareGroupOffsetsRequest(groups=(
+            mod.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None),))).groups
+    assert g.error_code == E.none, g
+    return {(t.topic_name, p.partition_index): (p.start_offset, p.lag, p.error_code)
+            for t in g.topics for p in t.partitions if t.topic_name == topic}
+
+
+def alter_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> Any:
+    mod = __import__("kio.schema.alter_share_group_offsets.v0.request", fromlist=["x"])
+    with RawConnection(bootstrap) as conn:
+        return conn.request(91, 0, mod.AlterShareGroupOffsetsRequest(group_id=group, topics=(
+            mod.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=tuple(
+                mod.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o)
+                for p, o in offsets.items())),)))
+
+
+def delete_offsets(bootstrap: str, group: str, topic: str) -> Any:
+    mod = __import__("kio.schema.delete_share_group_offsets.v0.request", fromlist=["x"])
+    with RawConnection(bootstrap) as conn:
+        return conn.request(92, 0, mod.DeleteShareGroupOffsetsRequest(group_id=group, topics=(
+            mod.DeleteShareGroupOffsetsRequestTopic(topic_name=topic),)))
+
+
+def delete_group(bootstrap: str, group: str) -> int:
+    with RawConnection(bootstrap) as conn:
+        r = conn.request(42, 2, request_class("delete_groups", 2, "DeleteGroupsRequest")(groups_names=(group,)))
+    [res] = r.results
+    return int(res.error_code)
+
+
+def state_summary(bootstrap: str, group: str, topic_id: Any, partitions: list[int]) -> dict[int, tuple[int, int]]:
+    """ReadShareGroupStateSummary (87) asked of the share coordinator itself: partition -> (error, start offset)."""
+    mod = __import__("kio.schema.read_share_group_state_summary.v1.request", fromlist=["x"])
+    with RawConnection(bootstrap) as conn:
+        r = conn.request(87, 1, mod.ReadShareGroupStateSummaryRequest(group_id=group, topics=(
+            mod.ReadStateSummaryData(topic_id=topic_id, partitions=tuple(
+                mod.PartitionData(partition=p, leader_epoch=-1) for p in partitions)),)))
+    return {p.partition: (int(p.error_code), int(p.start_offset)) for t in r.results for p in t.partitions}
+
+
+def group_state(bootstrap: str, group: str) -> str:
+    with RawConnection(bootstrap) as conn:
+        d = conn.request(77, 1, request_class("share_group_describe", 1, "ShareGroupDescribeRequest")(
+            group_ids=(group,), include_authorized_operations=False)).groups[0]
+    return str(d.group_state)
+
+
+def consume(bootstrap: str, group: str, topic: str, wanted: set[tuple[int, int]],
+            ack: Any = None, extra: set[tuple[int, int]] | None = None) -> list[tuple[int, int, int]]:
+    """A ShareConsumer (explicit acknowledgement) polls until it saw every (partition, offset) of
+    ``wanted``, acknowledging each delivery with ``ack(partition, offset)`` (ACCEPT by default), and
+    leaves. Every delivery: (partition, offset, delivery count)."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit",
+                       "topic.metadata.refresh.interval.ms": 1000})
+    c.subscribe([topic])
+    got: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while not wanted <= {(p, o) for p, o, _ in got}:
+            assert time.monotonic() < deadline, f"saw only {sorted(got)}"
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            for m in msgs:
+                got.append((m.partition(), m.offset(), m.delivery_count()))
+                c.acknowledge(m, ack(m.partition(), m.offset()) if ack else AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync(30)
+    finally:
+        c.close()
+    return got
+
+
+def test_share_group_admin_apis_when_the_state_lives_on_other_brokers(cluster: Cluster) -> None:
+    from confluent_kafka import AcknowledgeType, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    state_at = share_state_coordinator(cluster)
+
+    # The group's coordinator is a broker other than the share coordinator (offsets.topic.num.partitions=3
+    # spreads the groups; whichever brokers lead them after earlier tests' kills).
+    def coordinated_elsewhere() -> tuple[str, int] | None:
+        g = unique("sha")
+        c = coordinator_of_group(cluster, g)
+        return (g, c) if c is not None and c != state_at else None
+
+    group, a = wait_until(coordinated_elsewhere, 30,
+                          what="a group coordinated by another broker than the share coordinator")
+    [b] = [x for x in sorted(cluster.brokers) if x not in (state_at, a)]
+    at_coordinator = cluster.brokers[a].bootstrap
+    with RawConnection(at_coordinator) as conn:
+        versions = {k.api_key: (k.min_version, k.max_version) for k in conn.request(
+            18, 3, request_class("api_versions", 3, "ApiVersionsRequest")(
+                client_software_name="t", client_software_version="1")).api_keys}
+    assert versions[83] == (0, 0) and versions[86] == (0, 0) and versions[87] == (0, 1)
+
+    topic = unique("shadm")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    side = unique("shside")  # an empty topic a member holding the group subscribes to
+    made = admin.create_topics([NewTopic(topic, 2, replica_assignment=[[a, b, state_at], [b, a, state_at]]),
+                                NewTopic(side, 1, replication_factor=3)])
+    for f in made.values():
+        f.result(30)
+    cluster.settle([topic, side])
+    assert (cluster.leader(topic, 0), cluster.leader(topic, 1)) == (a, b)
+    alter_group_config_at(at_coordinator, group, "share.auto.offset.reset", "earliest")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "acks": "all"})
+    for p in (0, 1):
+        for i in range(10):
+            producer.produce(topic, f"v{p}-{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+    every = {(p, o) for p in (0, 1) for o in range(10)}
+
+    # Accept 0-5, reject 8-9, give 6-7 back each time they come: start 6, 2 records done after it.
+    def first_pass(_p: int, o: int) -> Any:
+        return AcknowledgeType.ACCEPT if o < 6 else AcknowledgeType.REJECT if o >= 8 else AcknowledgeType.RELEASE
+
+    consume(cluster.bootstrap, group, topic, every, first_pass)
+    wait_until(lambda: group_state(at_coordinator, group) == "Empty", 30, what="the group empty")
+    eventually_equal(lambda: describe_offsets(at_coordinator, group, topic),
+                     {(topic, 0): (6, 2, E.none), (topic, 1): (6, 2, E.none)}, 30)
+
+    # Alter: partition 0 back to 3 (3-9 delivered again), partition 1 forward to 8.
+    r = alter_offsets(at_coordinator, group, topic, {0: 3, 1: 8})
+    assert r.error_code == E.none and [p.error_code for t in r.responses for p in t.partitions] == [E.none, E.none]
+    assert describe_offsets(at_coordinator, group, topic) == {(topic, 0): (3, 7, E.none), (topic, 1): (8, 2, E.none)}
+    # While a member is in the group, no change: NON_EMPTY_GROUP; a group that does not exist: GROUP_ID_NOT_FOUND.
+    from confluent_kafka import ShareConsumer
+
+    holder = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    holder.subscribe([side])
+
+    def joined() -> bool:
+        holder.poll(0.2)
+        return group_state(at_coordinator, group) != "Empty"
+
+    try:
+        wait_until(joined, 30, what="a member in the group")
+        assert alter_offsets(at_coordinator, group, topic, {0: 0}).error_code == E.non_empty_group
+        assert delete_offsets(at_coordinator, group, topic).error_code == E.non_empty_group
+        assert delete_group(at_coordinator, group) == E.non_empty_group
+    finally:
+        holder.close()
+    unknown = unique("none")
+    assert alter_offsets(cluster.brokers[coordinator_of_group(cluster, unknown) or a].bootstrap, unknown, topic,
+                         {0: 0}).error_code == E.group_id_not_found
+    wait_until(lambda: group_state(at_coordinator, group) == "Empty", 30, what="the group empty")
+
+    again = consume(cluster.bootstrap, group, topic, {(0, o) for o in range(3, 10)} | {(1, 8), (1, 9)})
+    assert {(p, o) for p, o, _ in again} == {(0, o) for o in range(3, 10)} | {(1, 8), (1, 9)}
+    wait_until(lambda: group_state(at_coordinator, group) == "Empty", 30, what="the group empty")
+    assert describe_offsets(at_coordinator, group, topic) == {(topic, 0): (10, 0, E.none), (topic, 1): (10, 0, E.none)}
+
+    # Delete the offsets: the state is gone; the partitions start again per share.auto.offset.reset.
+    r = delete_offsets(at_coordinator, group, topic)
+    assert r.error_code == E.none and [t.error_code for t in r.responses] == [E.none]
+    assert describe_offsets(at_coordinator, group, topic) == {}
+    info = admin.list_topics(topic, timeout=10).topics[topic]
+    topic_id = uuid_of(cluster, topic)
+    assert state_summary(cluster.brokers[state_at].bootstrap, group, topic_id, [0, 1]) == {0: (0, -1), 1: (0, -1)}
+    assert {(p, o) for p, o, _ in consume(cluster.bootstrap, group, topic, every)} == every
+    wait_until(lambda: group_state(at_coordinator, group) == "Empty", 30, what="the group empty")
+    assert describe_offsets(at_coordinator, group, topic) == {(topic, 0): (10, 0, E.none), (topic, 1): (10, 0, E.none)}
+
+    # Delete the group: its state goes first, at the share coordinator; a new group of that id starts afresh.
+    assert delete_group(at_coordinator, group) == E.none
+    assert state_summary(cluster.brokers[state_at].bootstrap, group, topic_id, [0, 1]) == {0: (0, -1), 1: (0, -1)}
+    assert len(info.partitions) == 2
+    fresh = consume(cluster.bootstrap, group, topic, every)
+    assert {(p, o) for p, o, _ in fresh} == every and all(n == 1 for _, _, n in fresh)
+
+
+def eventually_equal(read: Any, expected: Any, timeout: float) -> None:
+    """``read()`` gives ``expected`` within ``timeout`` (what it gave last is reported otherwise)."""
+    last: list[Any] = [None]
+
+    def same() -> bool:
+        last[0] = read()
+        return bool(last[0] == expected)
+
+    try:
+        wait_until(same, timeout)
+    except AssertionError:
+        raise AssertionError(f"{last[0]} != {expected}") from None
+
+
+def uuid_of(cluster: Cluster, topic: str) -> Any:
+    with RawConnection(cluster.bootstrap.split(",")[0]) as conn:
+        r = conn.request(3, 12, request_class("metadata", 12, "MetadataRequest")(
+            topics=(request_class("metadata", 12, "MetadataRequestTopic")(topic_id=None, name=topic),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    [t] = r.topics
+    return t.topic_id

@@ -121,10 +121,12 @@ class BrokerAdminView:
         return coordinator
 
     def share_offsets(self, group_id: str) -> list[dict[str, Any]]:
-        """Start offset, high watermark and lag of each share partition a share group has state for."""
-        from strom.broker.handlers.share_offsets import share_partition_offset
-
+        """Start offset, high watermark and lag of each share partition a share group has state
+        for, as far as this broker knows them at once (the console does not wait on other
+        brokers): the state where this broker is its share coordinator, the high watermark where
+        it leads the partition; None where not."""
         coordinator: GroupCoordinatorRuntime | None = getattr(self._broker, "group_coordinator", None)
+        state = self._broker.share_coordinator
         if coordinator is None:
             return []
         out = []
@@ -133,12 +135,15 @@ class BrokerAdminView:
             if info is None:
                 continue
             for p in sorted(parts):
-                found = share_partition_offset(self._broker, group_id, topic_id, info.name, p)
+                error, summary = state.read_summary(group_id, topic_id, p) if state is not None else (None, None)
                 plog = self._broker.leader_log(info.name, p)[0]
-                out.append({"topic": info.name, "partition": p,
-                            "committed": None if found is None else found.start_offset,
+                start = summary.start_offset if summary is not None and summary.start_offset >= 0 else None
+                lag = None
+                if start is not None and summary is not None and plog is not None:
+                    lag = max(0, plog.high_watermark - start - summary.delivery_complete_count)
+                out.append({"topic": info.name, "partition": p, "committed": start,
                             "end_offset": plog.high_watermark if plog is not None else None,
-                            "lag": None if found is None or found.lag < 0 else found.lag, "metadata": ""})
+                            "lag": lag, "metadata": ""})
         return sorted(out, key=lambda o: (o["topic"], o["partition"]))
 
     def metadata_partitions(self, topic: TopicInfo) -> list[dict[str, Any]]:

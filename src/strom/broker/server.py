@@ -21,7 +21,7 @@ from strom.broker.handlers import ApiHandler, discover
 from strom.broker.log_maintenance import LogMaintenance
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.quota_manager import QuotaManager
-from strom.broker.share_host import BrokerShareHost, ClusterPersister, LocalPersister
+from strom.broker.share_host import BrokerShareHost, ClusterPersister, LocalPersister, PartitionEndOffsets
 from strom.broker.topics import TopicManager
 from strom.broker.txn_markers import TxnMarkers
 from strom.clock import now_ms
@@ -131,7 +131,10 @@ class Broker:
         # Share groups' data side (KIP-932): made at start, once the share coordinator has loaded.
         self.share_coordinator: ShareCoordinatorRuntime | None = None
         self.share_manager: SharePartitionManager | None = None
-        self.share_persister: ClusterPersister | None = None  # in a cluster
+        # The share partitions' persister (local on a broker of its own), and the partitions' end
+        # offsets for the lag DescribeShareGroupOffsets answers.
+        self.share_persister: LocalPersister | ClusterPersister | None = None
+        self.share_end_offsets: PartitionEndOffsets | None = None
         self.serving = asyncio.Event()  # set once start() is done: logs loaded, listeners accepting
         self._background: set[asyncio.Task[Any]] = set()
         self.node: BrokerInfo = BrokerInfo(config.broker_id, "127.0.0.1", 9092)  # the first advertised listener
@@ -260,12 +263,16 @@ class Broker:
             share_runtime_topic(config), config.share_coordinator_snapshot_update_records_per_snapshot,
             config.share_coordinator_write_timeout_ms))
         persister: LocalPersister | ClusterPersister = LocalPersister(self.share_coordinator)
+        self.share_end_offsets = PartitionEndOffsets(self.replica_manager, None, config.broker_id, None)
         if self.cluster is not None:
-            # The state of a share partition led here is kept by the share coordinator of its
-            # key, on whichever broker leads that key's partition of __share_group_state.
-            persister = self.share_persister = ClusterPersister(
+            # The state of a share partition is kept by the share coordinator of its key, on
+            # whichever broker leads that key's partition of __share_group_state.
+            persister = ClusterPersister(
                 self.share_coordinator, self.cluster.store, config.broker_id, config.inter_broker_listener_name,
                 self.inter_broker_security)
+            self.share_end_offsets = PartitionEndOffsets(self.replica_manager, self.cluster.store, config.broker_id,
+                                                         persister.pool)
+        self.share_persister = persister
         self.share_manager = SharePartitionManager(
             BrokerShareHost(self.replica_manager, self.metadata, self.purgatory, self.spawn),
             persister,

@@ -65,11 +65,14 @@ class ShareCoordinatorShard:
         return self.states.get(key)
 
     def write(self, key: SharePartitionKey, leader_epoch: int, start_offset: int,
-              batches: Sequence[PersistedBatch], now: int) -> StateWrite | E:
-        """The record that persists a share partition leader's state (Kafka's WriteShareGroupState)."""
+              batches: Sequence[PersistedBatch], now: int, state_epoch: int = -1) -> StateWrite | E:
+        """The record that persists a share partition leader's state (Kafka's WriteShareGroupState);
+        ``batches`` override the offsets they cover. A ``state_epoch`` of -1 is not checked."""
         old = self.states.get(key)
         if old is not None and leader_epoch < old.leader_epoch:
             return E.fenced_leader_epoch
+        if old is not None and state_epoch != -1 and state_epoch < old.state_epoch:
+            return E.fenced_state_epoch
         if old is None or old.updates >= self.updates_per_snapshot:
             epoch = 0 if old is None else old.snapshot_epoch + 1
             base = old if old is not None else ShareState(0, 0, leader_epoch, start_offset, (), now, now)
@@ -86,6 +89,9 @@ class ShareCoordinatorShard:
     def written(self, write: StateWrite) -> None:
         self.states[write.share_key] = write.state
 
+    def summary(self, key: SharePartitionKey) -> ShareState | None:
+        return self.states.get(key)
+
     def drop(self, keep: object) -> None:
         """Forget the share partitions for which ``keep(key)`` is false (a partition unloaded)."""
         assert callable(keep)
@@ -97,6 +103,13 @@ def _updated(old: ShareState, leader_epoch: int, start_offset: int,
     start = max(start_offset, old.start_offset) if start_offset >= 0 else old.start_offset
     return replace(old, leader_epoch=max(leader_epoch, old.leader_epoch), start_offset=start,
                    batches=ssr.merge_batches(old.batches, batches, start))
+
+
+def delivery_complete_count(state: ShareState) -> int:
+    """Records at or after the start offset already ACKNOWLEDGED or ARCHIVED (Kafka's
+    deliveryCompleteCount, what the lag leaves out)."""
+    return sum(b.last_offset - max(b.first_offset, state.start_offset) + 1 for b in state.batches
+               if b.delivery_state in (ssr.ACKNOWLEDGED, ssr.ARCHIVED) and b.last_offset >= state.start_offset)
 
 
 def initialized_state(old: ShareState | None, start_offset: int, state_epoch: int, now: int) -> ShareState:

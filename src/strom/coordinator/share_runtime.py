@@ -26,6 +26,7 @@ from strom.coordinator.share_coordinator import (
     ShareCoordinatorShard,
     ShareState,
     delete_keys,
+    delivery_complete_count,
     initialize_write,
 )
 from strom.coordinator.share_state_records import PersistedBatch, SharePartitionKey
@@ -34,6 +35,14 @@ from strom.records import batch as rb
 from strom.records import codec
 
 log = logging.getLogger("strom.share")
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStateSummary:
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +145,19 @@ class ShareCoordinatorRuntime:
 
     # ------------------------------------------------------------------ the persister's calls
 
-    def peek_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[E, ShareState | None]:
-        """The share partition's state as this coordinator holds it now, for describing it (no
-        leader epoch is recorded)."""
+    def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[E, ShareStateSummary | None]:
+        """Kafka's ReadShareGroupStateSummary: the share partition's start offset and epochs and
+        how many records after the start are done, for describing it; None when it has no state.
+        Records no leader epoch."""
         key = SharePartitionKey(group_id, topic_id, partition)
         error = self.error_for(key)
-        return (error, None) if error is not E.none else (E.none, self.shard.read(key))
+        if error is not E.none:
+            return error, None
+        state = self.shard.summary(key)
+        if state is None:
+            return E.none, None
+        return E.none, ShareStateSummary(state.state_epoch, state.leader_epoch, state.start_offset,
+                                         delivery_complete_count(state))
 
     async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
                          leader_epoch: int = -1) -> tuple[E, ShareState | None]:
@@ -164,13 +180,13 @@ class ShareCoordinatorRuntime:
         return E.none, state
 
     async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
-                          start_offset: int, batches: Sequence[PersistedBatch]) -> E:
+                          start_offset: int, batches: Sequence[PersistedBatch], state_epoch: int = -1) -> E:
         """Kafka's WriteShareGroupState: NONE once the state is written (and applied)."""
         key = SharePartitionKey(group_id, topic_id, partition)
         error = self.error_for(key)
         if error is not E.none:
             return error
-        write = self.shard.write(key, leader_epoch, start_offset, batches, self.clock())
+        write = self.shard.write(key, leader_epoch, start_offset, batches, self.clock(), state_epoch)
         if isinstance(write, E):
             return write
         partition_of_state = self.partition_for(key)
@@ -194,6 +210,9 @@ class ShareCoordinatorRuntime:
         """Kafka's InitializeShareGroupState: the share partition starts afresh at ``start_offset``
         (AlterShareGroupOffsets). NONE once written."""
         key = SharePartitionKey(group_id, topic_id, partition)
+        old = self.shard.read(key)
+        if old is not None and state_epoch != -1 and state_epoch < old.state_epoch:
+            return E.fenced_state_epoch  # Kafka's maybeGetInitializeStateError
         write = initialize_write(self.shard, key, start_offset, state_epoch, self.clock())
         error = await self._append_records(key, [(write.key, write.value)])
         if error is E.none:

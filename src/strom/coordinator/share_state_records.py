@@ -27,6 +27,7 @@ from strom.coordinator.records import RecordFormatError
 
 SHARE_SNAPSHOT = 0
 SHARE_UPDATE = 1
+AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4  # the persisted delivery states
 
 
 @dataclass(frozen=True, slots=True)

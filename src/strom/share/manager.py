@@ -10,12 +10,17 @@ fetches them, and the share sessions of their members (Kafka's SharePartitionMan
   share group new to the partition, started at the log's end (share.auto.offset.reset=latest, the
   default) or start (earliest) and written at once, so a restart resumes where it was.
 - Acknowledgements are answered once the share coordinator has written the new state: an
-  acknowledged record is never delivered again, whatever crashes. Acquisitions are not written:
-  after a crash the records that were in flight are simply delivered again.
+  acknowledged record is never delivered again, whatever crashes. A write that fails rolls the
+  acknowledgement back (the records are ACQUIRED again, or AVAILABLE when their lock ran out) and
+  the error goes to the client. Acquisitions are not written (Kafka's SharePartition does not
+  either): after a crash the records that were in flight are delivered again, that delivery not
+  counted. Each write carries only what changed (Kafka's state batches), merged by the coordinator.
 - Locks: each share partition has one timer at its earliest acquisition deadline; expired records
   become available (or archived at the delivery limit), are persisted, and wake waiting fetches.
 - A member that closes its session, loses its connection, leaves its group or is expired by the
-  group coordinator gives back what it holds at once.
+  group coordinator gives back what it holds at once. When a group has no session left here, its
+  share partitions are dropped (Kafka's ShareGroupListener.onGroupEmpty): an admin may change their
+  state while the group is empty, so the next fetch reads it anew.
 
 The manager declares what it needs of the broker (``ShareHost``, ``Persister``) and owns nothing else.
 """
@@ -39,6 +44,7 @@ from strom.share.share_partition import (
     SharePartition,
     SharePartitionSettings,
     StateBatch,
+    Transition,
 )
 from strom.share.share_session import (
     FINAL_EPOCH,
@@ -89,6 +95,9 @@ class PersistedState(Protocol):
     def start_offset(self) -> int: ...
 
     @property
+    def state_epoch(self) -> int: ...
+
+    @property
     def batches(self) -> Sequence[Any]: ...  # each with first/last offset, delivery state and count
 
 
@@ -99,7 +108,10 @@ class Persister(Protocol):
                          leader_epoch: int) -> tuple[E, PersistedState | None]: ...
 
     async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
-                          start_offset: int, batches: Sequence[StateBatch]) -> E: ...
+                          start_offset: int, batches: Sequence[StateBatch], state_epoch: int = 0) -> E:
+        """NONE once written; a ``state_epoch`` older than the state's (an admin reset it since)
+        is refused with FENCED_STATE_EPOCH."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +135,7 @@ class _Share:
     partition: int
     leader_epoch: int
     sp: SharePartition
+    state_epoch: int = 0
     timer: asyncio.TimerHandle | None = None
     timer_at: int | None = None
 
@@ -294,10 +307,11 @@ class SharePartitionManager:
 
     async def _acknowledge(self, group_id: str, member_id: str,
                            acks: Mapping[SharePartitionKey, Sequence[AckBatch]]) -> dict[SharePartitionKey, E]:
-        """Apply the acknowledgements, then persist every share partition they changed; each
-        partition's error (NONE once its new state is written)."""
+        """Apply the acknowledgements as pending transitions, write each changed share partition's
+        new states, then complete them: kept when written, rolled back otherwise. Each partition's
+        error (NONE once its new state is written)."""
         errors: dict[SharePartitionKey, E] = {}
-        changed: list[tuple[SharePartitionKey, _Share]] = []
+        changed: list[tuple[SharePartitionKey, _Share, list[Transition]]] = []
         for key, batches in acks.items():
             if not batches:
                 continue
@@ -310,18 +324,31 @@ class SharePartitionManager:
                 # The leadership moved: what was acquired here is the new leader's to hand out again.
                 errors[key] = E.invalid_record_state if leading is E.fenced_leader_epoch else leading
                 continue
+            transitions = []
             try:
                 for first, last, types in batches:
-                    share.sp.acknowledge(member_id, first, last, types)
+                    transitions.append(share.sp.begin_acknowledge(member_id, first, last, types))
             except InvalidRecordState:
                 errors[key] = E.invalid_record_state
             except InvalidRequest:
                 errors[key] = E.invalid_request
-            changed.append((key, share))  # what was applied before an error is written too
-        written = await asyncio.gather(*(self._persist(share) for _, share in changed))
-        for (key, share), error in zip(changed, written, strict=True):
+            if transitions:
+                changed.append((key, share, transitions))  # what was applied before an error is written too
+        written = await asyncio.gather(*(self._write(share, [b for t in ts for b in t.batches()],
+                                                     share.sp.start_after(*ts))
+                                         for _, share, ts in changed))
+        now = self.clock()
+        for (key, share, transitions), error in zip(changed, written, strict=True):
+            for t in transitions:
+                share.sp.complete(t, error is E.none, now)
             if error is not E.none:
                 errors[key] = error
+                log.warning("share group %s: acknowledgements of %s-%d rolled back, their state could not be "
+                            "written: %s", group_id, share.topic, share.partition, error.name)
+                if error in (E.fenced_leader_epoch, E.fenced_state_epoch):
+                    self._drop(share)  # another leader, or an admin, owns the state now
+                else:
+                    self._arm(share)  # records ACQUIRED again are under their locks again
             else:
                 errors.setdefault(key, E.none)
             self.host.notify((share.topic, share.partition))  # RELEASEd records wake waiting fetches
@@ -369,23 +396,26 @@ class SharePartitionManager:
         if error is not E.none:
             return error
         settings = SharePartitionSettings(self.settings.delivery_count_limit, self.settings.max_record_locks)
-        if state is not None:
+        state_epoch = state.state_epoch if state is not None else 0
+        if state is not None and state.start_offset >= 0:
             batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                        for b in state.batches]
-            sp = SharePartition(max(state.start_offset, 0), settings, batches)
+            sp = SharePartition(state.start_offset, settings, batches)
             log.info("share group %s: %s-%d resumes at offset %d", group_id, topic, partition, sp.start_offset)
         else:
+            # No state, or state initialized without a start offset: share.auto.offset.reset says.
             earliest = self.group_config(group_id).get(AUTO_OFFSET_RESET, "latest") == "earliest"
             start = plog.log_start_offset if earliest else plog.high_watermark
             sp = SharePartition(start, settings)
-            error = await self.persister.write_state(group_id, topic_id, partition, leader_epoch, start, [])
+            error = await self.persister.write_state(group_id, topic_id, partition, leader_epoch, start, [],
+                                                     state_epoch)
             if error is not E.none:
                 return error
             log.info("share group %s: %s-%d starts at offset %d (%s)", group_id, topic, partition, start,
                      "earliest" if earliest else "latest")
         if plog.log_start_offset > sp.start_offset:
             sp.advance_start_to(plog.log_start_offset)
-        return _Share(group_id, topic, topic_id, partition, leader_epoch, sp)
+        return _Share(group_id, topic, topic_id, partition, leader_epoch, sp, state_epoch)
 
     def _still_leading(self, share: _Share) -> E:
         """NONE while this broker leads the share partition's topic partition at the epoch the share
@@ -406,18 +436,26 @@ class SharePartitionManager:
             log.info("share group %s: %s-%d is no longer led here at epoch %d; its share partition is dropped",
                      share.group_id, share.topic, share.partition, share.leader_epoch)
 
-    async def _persist(self, share: _Share) -> E:
-        sp = share.sp
+    async def _write(self, share: _Share, batches: Sequence[StateBatch], start_offset: int | None = None) -> E:
+        """Write what changed of a share partition, with its start offset, at its epochs."""
+        start = share.sp.start_offset if start_offset is None else start_offset
         return await self.persister.write_state(share.group_id, share.topic_id, share.partition, share.leader_epoch,
-                                                sp.start_offset, sp.state_batches())
+                                                start, batches, share.state_epoch)
 
-    def _persist_later(self, share: _Share) -> None:
+    def _write_released(self, share: _Share) -> asyncio.Task[Any] | None:
+        """Write what lock expiries and departures released. They stay released whatever the
+        write's outcome (Kafka's releaseAcquisitionLockOnTimeout): a failed write only loses their
+        delivery counts, never a record."""
+        batches = share.sp.take_released()
+        if not batches:
+            return None
+
         async def write() -> None:
-            error = await self._persist(share)
+            error = await self._write(share, batches)
             if error is not E.none:
-                log.warning("share group %s: the state of %s-%d could not be written: %s", share.group_id,
+                log.warning("share group %s: released records of %s-%d could not be written: %s", share.group_id,
                             share.topic, share.partition, error.name)
-        self.host.spawn(write())
+        return self.host.spawn(write())
 
     # ------------------------------------------------------------------ locks and releases
 
@@ -445,9 +483,10 @@ class SharePartitionManager:
             self._released(share)
         self._arm(share)
 
-    def _released(self, share: _Share) -> None:
-        self._persist_later(share)
+    def _released(self, share: _Share) -> asyncio.Task[Any] | None:
+        task = self._write_released(share)
         self.host.notify((share.topic, share.partition))
+        return task
 
     def release_member(self, group_id: str, member_id: str) -> None:
         """The member left its group or was expired: what it holds is released. Its session stays
@@ -455,7 +494,8 @@ class SharePartitionManager:
         perhaps after its leave heartbeat) or its connection goes."""
         self._release(group_id, member_id, "left the group")
 
-    def _release(self, group_id: str, member_id: str, why: str) -> None:
+    def _release(self, group_id: str, member_id: str, why: str) -> list[asyncio.Task[Any]]:
+        writes = []
         for share in [s for s in self.shares.values() if s.group_id == group_id]:
             if self._still_leading(share) is not E.none:
                 continue
@@ -463,15 +503,40 @@ class SharePartitionManager:
             if released:
                 log.info("share group %s: member %s %s; %d records of %s-%d released", group_id, member_id, why,
                          released, share.topic, share.partition)
-                self._released(share)
+                task = self._released(share)
+                if task is not None:
+                    writes.append(task)
+        return writes
 
     def _close_session(self, group_id: str, member_id: str) -> None:
         self.sessions.close(group_id, member_id)
-        self._release(group_id, member_id, "closed its share session")
+        self._maybe_group_empty(group_id, self._release(group_id, member_id, "closed its share session"))
 
     def connection_closed(self, connection_id: int) -> None:
         for session in self.sessions.close_connection(connection_id):
-            self._release(session.group_id, session.member_id, "lost its connection")
+            self._maybe_group_empty(session.group_id,
+                                    self._release(session.group_id, session.member_id, "lost its connection"))
+
+    def _maybe_group_empty(self, group_id: str, writes: list[asyncio.Task[Any]]) -> None:
+        """The group's last session here closed: once what its members held is written back, its
+        share partitions are dropped (Kafka's onGroupEmpty), unless a session opened meanwhile."""
+        if self.sessions.has_group(group_id):
+            return
+        if not writes:
+            self._drop_group(group_id)
+            return
+
+        async def after_writes() -> None:
+            await asyncio.gather(*writes, return_exceptions=True)
+            if not self.sessions.has_group(group_id):
+                self._drop_group(group_id)
+        self.host.spawn(after_writes())
+
+    def _drop_group(self, group_id: str) -> None:
+        for share in [s for s in self.shares.values() if s.group_id == group_id]:
+            if any(r.rollback is not None for r in share.sp.records.values()):
+                continue  # an acknowledgement is being written: dropped with the next session's end
+            self.forget(group_id, share.topic_id, share.partition)
 
     def forget(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
         """The share partition's state was changed by an admin (AlterShareGroupOffsets,

@@ -11,14 +11,23 @@ Acquiring a record counts one delivery and locks it for one member until a deadl
 offset moves past records that are ACKNOWLEDGED or ARCHIVED (or that the log does not hold: control
 batches, compacted offsets); the window end - start is bounded by group.share.partition.max.record.locks.
 Time is an argument; nothing here does I/O. The manager (share/manager.py) persists the state
-(``state_batches``) through the share coordinator and answers the clients.
+through the share coordinator and answers the clients.
+
+An acknowledgement is a transition (Kafka's startStateTransition / completeStateTransition): its
+records take their new state at once but stay *pending* — not acquirable, not acknowledgeable, the
+start offset not moved past them — until the manager has written the change (``Transition.batches``)
+and completes it. A write that fails rolls the records back to ACQUIRED by their member, or, when
+their lock ran out meanwhile, to AVAILABLE (ARCHIVED at the delivery limit): memory is never ahead
+of what the share coordinator holds. Releases on lock expiry or departure apply at once (a failed
+write of those only loses delivery counts). Acquisitions are never written (as in Kafka): what a
+leader crash loses of them is the delivery it counted.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 
@@ -55,6 +64,9 @@ class InFlight:
     delivery_count: int
     member_id: str | None = None
     lock_deadline: int = 0
+    # While an acknowledgement of the record is being written: what it was before (Kafka's
+    # RollbackState), else None.
+    rollback: tuple[RecordState, str | None, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +103,30 @@ class SharePartitionSettings:
     max_record_locks: int = 2000  # group.share.partition.max.record.locks
 
 
+@dataclass(slots=True)
+class Transition:
+    """An acknowledgement applied in memory, pending until its write completes it."""
+
+    records: list[tuple[int, InFlight]] = field(default_factory=list)
+
+    def batches(self) -> list[StateBatch]:
+        """The new states as runs for the share coordinator (Kafka writes only what changed)."""
+        return _runs((o, r) for o, r in self.records)
+
+
+def _runs(records: Iterable[tuple[int, InFlight]]) -> list[StateBatch]:
+    out: list[StateBatch] = []
+    for offset, r in records:
+        state = RecordState.AVAILABLE if r.state is RecordState.ACQUIRED else r.state
+        if out and out[-1].last_offset == offset - 1 and out[-1].delivery_state == state \
+                and out[-1].delivery_count == r.delivery_count:
+            last = out[-1]
+            out[-1] = StateBatch(last.first_offset, offset, last.delivery_state, last.delivery_count)
+        else:
+            out.append(StateBatch(offset, offset, int(state), r.delivery_count))
+    return out
+
+
 class SharePartition:
     def __init__(self, start_offset: int, settings: SharePartitionSettings,
                  batches: Sequence[StateBatch] = ()) -> None:
@@ -100,6 +136,7 @@ class SharePartition:
         # offset -> state, in offset order (inserted ascending); absent offsets in [start, end) are done
         self.records: dict[int, InFlight] = {}
         self._locks: list[tuple[int, int]] = []  # (deadline, offset), stale entries skipped
+        self._released: dict[int, InFlight] = {}  # released since the last take_released()
         for b in batches:
             for offset in range(max(b.first_offset, start_offset), b.last_offset + 1):
                 state = RecordState(b.delivery_state) if b.delivery_state in (0, 2, 4) else RecordState.AVAILABLE
@@ -122,7 +159,7 @@ class SharePartition:
     def next_fetch_offset(self) -> int:
         """Where the next fetch reads the log from: the first AVAILABLE record, else the end."""
         for offset, r in self.records.items():
-            if r.state is RecordState.AVAILABLE:
+            if r.state is RecordState.AVAILABLE and r.rollback is None:
                 return offset
         return self.end_offset
 
@@ -130,7 +167,7 @@ class SharePartition:
         """Something may be acquired: a record AVAILABLE, or room in the window for new ones."""
         if self.end_offset - self.start_offset < self.settings.max_record_locks:
             return True
-        return any(r.state is RecordState.AVAILABLE for r in self.records.values())
+        return any(r.state is RecordState.AVAILABLE and r.rollback is None for r in self.records.values())
 
     def acquire(self, member_id: str, batches: Iterable[LogBatch], max_records: int, lock_ms: int,
                 now: int) -> list[AcquiredRange]:
@@ -153,7 +190,7 @@ class SharePartition:
                     break
                 if offset < self.end_offset:
                     r = self.records.get(offset)
-                    if r is None or r.state is not RecordState.AVAILABLE:
+                    if r is None or r.state is not RecordState.AVAILABLE or r.rollback is not None:
                         continue
                     r.delivery_count += 1
                 else:
@@ -183,8 +220,14 @@ class SharePartition:
 
     def acknowledge(self, member_id: str, first_offset: int, last_offset: int,
                     types: Sequence[int]) -> None:
+        """An acknowledgement applied and completed at once (as if its write succeeded)."""
+        self.complete(self.begin_acknowledge(member_id, first_offset, last_offset, types), True, 0)
+
+    def begin_acknowledge(self, member_id: str, first_offset: int, last_offset: int,
+                          types: Sequence[int]) -> Transition:
         """One AcknowledgementBatch: one type for every offset, or one type per offset. Every
-        offset (but GAPs) must be ACQUIRED by ``member_id``; nothing changes otherwise."""
+        offset (but GAPs) must be ACQUIRED by ``member_id`` (and not pending); nothing changes
+        otherwise. The records take their new states, pending until ``complete``."""
         if last_offset < first_offset or not types:
             raise InvalidRequest(f"bad acknowledgement batch {first_offset}-{last_offset}")
         count = last_offset - first_offset + 1
@@ -198,28 +241,54 @@ class SharePartition:
             r = self.records.get(offset) if offset >= self.start_offset else None
             if kind is AcknowledgeType.GAP:
                 if r is not None and r.state is RecordState.ACQUIRED and r.member_id == member_id:
-                    plan.append((r, AcknowledgeType.REJECT))  # a gap the client saw: nothing to deliver
+                    plan.append((offset, r, AcknowledgeType.REJECT))  # a gap the client saw: nothing to deliver
                 continue
             if r is None or r.state is not RecordState.ACQUIRED or r.member_id != member_id:
                 raise InvalidRecordState(f"offset {offset} is not acquired by member {member_id}")
-            plan.append((r, kind))
-        for r, kind in plan:
+            plan.append((offset, r, kind))
+        transition = Transition()
+        for offset, r, kind in plan:
+            r.rollback = (r.state, r.member_id, r.lock_deadline)
             if kind is AcknowledgeType.ACCEPT:
                 self._finish(r, RecordState.ACKNOWLEDGED)
             elif kind is AcknowledgeType.REJECT:
                 self._finish(r, RecordState.ARCHIVED)
             else:
                 self._release(r)
+            transition.records.append((offset, r))
+        return transition
+
+    def complete(self, transition: Transition, written: bool, now: int) -> int:
+        """The transition's write is done. Written: the new states stay and the start offset may
+        move. Not written: each record is ACQUIRED by its member again under its lock, or, when the
+        lock ran out by ``now``, AVAILABLE (ARCHIVED at the delivery limit). Returns how many
+        records became AVAILABLE by the rollback."""
+        available = 0
+        for offset, r in transition.records:
+            if r.rollback is None or self.records.get(offset) is not r:
+                continue  # forgotten meanwhile (the log start moved past it)
+            state, member_id, deadline = r.rollback
+            r.rollback = None
+            if written:
+                continue
+            if deadline > now:
+                r.state, r.member_id, r.lock_deadline = state, member_id, deadline
+                heapq.heappush(self._locks, (deadline, offset))
+            else:
+                self._release(r)
+                available += r.state is RecordState.AVAILABLE
         self._advance_start()
+        return available
 
     # ------------------------------------------------------------------ releasing
 
     def release_member(self, member_id: str) -> int:
         """The member left or died: what it holds becomes available again. Returns how many."""
         released = 0
-        for r in self.records.values():
+        for offset, r in self.records.items():
             if r.state is RecordState.ACQUIRED and r.member_id == member_id:
                 self._release(r)
+                self._released[offset] = r
                 released += 1
         self._advance_start()
         return released
@@ -232,6 +301,7 @@ class SharePartition:
             r = self.records.get(offset)
             if r is not None and r.state is RecordState.ACQUIRED and r.lock_deadline == deadline:
                 self._release(r)
+                self._released[offset] = r
                 released += 1
         if released:
             self._advance_start()
@@ -262,7 +332,7 @@ class SharePartition:
         records = self.records
         while records:
             offset = next(iter(records))
-            if records[offset].state not in TERMINAL:
+            if records[offset].state not in TERMINAL or records[offset].rollback is not None:
                 self.start_offset = max(self.start_offset, offset)
                 return
             del records[offset]
@@ -271,18 +341,24 @@ class SharePartition:
     # ------------------------------------------------------------------ persisting
 
     def state_batches(self) -> list[StateBatch]:
-        """The in-flight records as runs of (state, delivery count) for the share coordinator;
-        an acquired record is written as AVAILABLE (after a failure it is delivered again)."""
-        out: list[StateBatch] = []
+        """The whole in-flight state as runs of (state, delivery count), as written: an acquired
+        record as AVAILABLE (after a failure it is delivered again), a pending one as it was."""
+        def committed(r: InFlight) -> InFlight:
+            return r if r.rollback is None else InFlight(r.rollback[0], r.delivery_count)
+        return _runs((o, committed(r)) for o, r in self.records.items())
+
+    def start_after(self, *transitions: Transition) -> int:
+        """The start offset once ``transitions`` complete written (other pending ones not)."""
+        mine = {id(r) for t in transitions for _, r in t.records}
         for offset, r in self.records.items():
-            state = RecordState.AVAILABLE if r.state is RecordState.ACQUIRED else r.state
-            if out and out[-1].last_offset == offset - 1 and out[-1].delivery_state == state \
-                    and out[-1].delivery_count == r.delivery_count:
-                last = out[-1]
-                out[-1] = StateBatch(last.first_offset, offset, last.delivery_state, last.delivery_count)
-            else:
-                out.append(StateBatch(offset, offset, int(state), r.delivery_count))
-        return out
+            if r.state not in TERMINAL or (r.rollback is not None and id(r) not in mine):
+                return offset
+        return self.end_offset
+
+    def take_released(self) -> list[StateBatch]:
+        """What lock expiries and departures released since the last call, to be written."""
+        released, self._released = self._released, {}
+        return _runs(sorted((o, r) for o, r in released.items() if self.records.get(o) is r))
 
     def acquired_by(self, member_id: str) -> list[int]:
         return [o for o, r in self.records.items() if r.state is RecordState.ACQUIRED and r.member_id == member_id]

@@ -95,5 +95,9 @@ class ShareSessionCache:
         gone = [k for k, s in self.sessions.items() if s.connection_id == connection_id]
         return [self.sessions.pop(k) for k in gone]
 
+    def has_group(self, group_id: str) -> bool:
+        """Some member of the group has a session here."""
+        return any(k[0] == group_id for k in self.sessions)
+
     def close_member(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)

@@ -1,7 +1,12 @@
 """AlterShareGroupOffsets (91): set the start offset of share partitions of an empty share group
 (KIP-932; ``strom groups reset-offsets`` for a share group). Each share partition's state starts
-afresh at the given offset through the share coordinator (Kafka's InitializeShareGroupState), and
-the leader's copy of it is dropped, so the next ShareFetch delivers from the new start on.
+afresh at the given offset at the share coordinator of its key, wherever that is (Kafka's
+InitializeShareGroupState through the persister), at a state epoch of the group's epoch: a leader
+that still keeps the share partition from before is fenced (FENCED_STATE_EPOCH) and reads it anew.
+Leaders drop the share partitions of a group once it has no share session with them (Kafka's
+onGroupEmpty), so the next ShareFetch delivers from the new start on. The partitions initialized
+are recorded in the group (ShareGroupStatePartitionMetadata), as Kafka's
+completeAlterShareGroupOffsets does.
 
 READ on the group (else GROUP_AUTHORIZATION_FAILED); the group must be a share group
 (GROUP_ID_NOT_FOUND) with no members (NON_EMPTY_GROUP). Per partition: TOPIC_AUTHORIZATION_FAILED
@@ -10,6 +15,7 @@ without READ on its topic, UNKNOWN_TOPIC_OR_PARTITION for a topic or partition t
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +47,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     change = offsets_change(broker, ctx, group_id, AclOperation.READ)
     if isinstance(change, E):
         return _response(change, None, [])
-    coord, state_coordinator, manager = change.coordinator, change.state, change.partitions
+    coord, persister, manager = change.coordinator, change.persister, change.partitions
     denied = set(acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])) \
         if acls.enabled else set()
     refused: list[dict[str, Any]] = []
@@ -59,15 +65,17 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     group_error, message = coord.share_offsets_error(group_id)
     if group_error is not E.none:
         return _response(group_error, message, refused)
+    state_epoch = max(coord.describe_share_group(group_id).group_epoch, 0)
     done: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
     topics = []
     for t, info in wanted:
+        valid = [p for p in t.partitions if 0 <= p.partition_index < info.partitions]
+        results = dict(zip([p.partition_index for p in valid], await asyncio.gather(*(
+            persister.initialize_state(group_id, info.topic_id, p.partition_index, state_epoch, p.start_offset)
+            for p in valid)), strict=True))
         errors = []
         for p in t.partitions:
-            if not 0 <= p.partition_index < info.partitions:
-                errors.append((p.partition_index, E.unknown_topic_or_partition))
-                continue
-            e = await state_coordinator.initialize_state(group_id, info.topic_id, p.partition_index, p.start_offset)
+            e = results.get(p.partition_index, E.unknown_topic_or_partition)
             if e is E.none:
                 manager.forget(group_id, info.topic_id, p.partition_index)
                 name, parts = done.get(info.topic_id, (info.name, frozenset()))

@@ -1,7 +1,8 @@
 """DeleteShareGroupOffsets (92): forget the share partitions' state of whole topics for an empty
-share group (KIP-932; ``strom groups delete-offsets`` for a share group). The share coordinator
-deletes each partition's state (Kafka's DeleteShareGroupState: tombstones in __share_group_state);
-the next ShareFetch starts the share partition again where share.auto.offset.reset says.
+share group (KIP-932; ``strom groups delete-offsets`` for a share group). The share coordinator of
+each partition's key, wherever that is, deletes its state (Kafka's DeleteShareGroupState through
+the persister: tombstones in __share_group_state); the next ShareFetch starts the share partition
+again where share.auto.offset.reset says.
 
 DELETE on the group (else GROUP_AUTHORIZATION_FAILED); the group must be a share group
 (GROUP_ID_NOT_FOUND) with no members (NON_EMPTY_GROUP). Per topic: TOPIC_AUTHORIZATION_FAILED
@@ -13,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from strom.broker.handlers.share_offsets import offsets_change
+from strom.broker.handlers.share_offsets import delete_share_state, offsets_change
 from strom.protocol.errors import ErrorCode as E
 from strom.security.acl import AclOperation, ResourceType
 
@@ -41,7 +42,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     change = offsets_change(broker, ctx, group_id, AclOperation.DELETE)
     if isinstance(change, E):
         return _response(change, None, [])
-    coord, state_coordinator, manager = change.coordinator, change.state, change.partitions
+    coord = change.coordinator
     names = [t.topic_name for t in request.topics]
     denied = set(acls.denied(ctx, AclOperation.READ, ResourceType.TOPIC, names)) if acls.enabled else set()
     refused: list[dict[str, Any]] = []
@@ -61,13 +62,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     deleted: set[uuid.UUID] = set()
     topics = []
     for info in wanted:
-        topic_error = E.none
-        for p in sorted(initialized.get(info.topic_id, frozenset()) | set(range(info.partitions))):
-            e = await state_coordinator.delete_state(group_id, info.topic_id, p)
-            if e is E.none:
-                manager.forget(group_id, info.topic_id, p)
-            elif topic_error is E.none:
-                topic_error = e
+        parts = sorted(initialized.get(info.topic_id, frozenset()) | set(range(info.partitions)))
+        errors = await delete_share_state(change, group_id, [(info.topic_id, p) for p in parts])
+        topic_error = next((e for e in errors.values() if e is not E.none), E.none)
         if topic_error is E.none:
             deleted.add(info.topic_id)
         topics.append(_topic(info.name, info.topic_id, topic_error))

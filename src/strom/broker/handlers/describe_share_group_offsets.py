@@ -1,18 +1,20 @@
 """DescribeShareGroupOffsets (90): each share partition's start offset, leader epoch and lag, as
-the share coordinator holds its state (KIP-932; Kafka's describeShareGroupOffsets).
+the share coordinator of its key holds its state, wherever that is (ReadShareGroupStateSummary
+through the persister; KIP-932, Kafka's describeShareGroupOffsets).
 
 - DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED for that group); a topic the principal
   may not DESCRIBE gets TOPIC_AUTHORIZATION_FAILED on each of its partitions, or, when every topic
   was asked for (topics null), is left out.
 - A topic that does not exist, or a share partition without state, is absence of data, not an
   error: start offset -1 and lag -1 (as OffsetFetch answers -1).
-- lag = the partition's high watermark - start offset - records after the start already
-  ACKNOWLEDGED or ARCHIVED (Kafka's deliveryCompleteCount); -1 where the high watermark is not
-  known here.
+- lag = the partition's end offset (its leader's high watermark, ListOffsets) - start offset -
+  records after the start already ACKNOWLEDGED or ARCHIVED (Kafka's deliveryCompleteCount); a
+  leader that cannot be asked is the partition's error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +44,10 @@ def _absent(partition: int, error: E = E.none) -> dict[str, Any]:
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "groups": [_group(broker, ctx, g) for g in request.groups]}
+    return {"throttle_time": 0, "groups": list(await asyncio.gather(*(_group(broker, ctx, g) for g in request.groups)))}
 
 
-def _group(broker: Broker, ctx: RequestContext, g: Any) -> dict[str, Any]:
+async def _group(broker: Broker, ctx: RequestContext, g: Any) -> dict[str, Any]:
     acls = broker.acls
     group_id = g.group_id
     if not acls.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -79,14 +81,13 @@ def _group(broker: Broker, ctx: RequestContext, g: Any) -> dict[str, Any]:
         elif info is None:
             topics.append({"topic_name": name, "topic_id": ZERO_UUID, "partitions": [_absent(p) for p in parts]})
         else:
-            topics.append({"topic_name": name, "topic_id": info.topic_id, "partitions": [
-                _partition(broker, group_id, info.topic_id, name, p) for p in parts]})
+            topics.append({"topic_name": name, "topic_id": info.topic_id, "partitions": list(await asyncio.gather(*(
+                _partition(broker, group_id, info.topic_id, name, p) for p in parts)))})
     return {"group_id": group_id, "topics": topics, "error_code": E.none, "error_message": None}
 
 
-def _partition(broker: Broker, group_id: str, topic_id: uuid.UUID, topic: str, partition: int) -> dict[str, Any]:
-    found = share_partition_offset(broker, group_id, topic_id, topic, partition)
-    if found is None:
-        return _absent(partition)
+async def _partition(broker: Broker, group_id: str, topic_id: uuid.UUID, topic: str,
+                     partition: int) -> dict[str, Any]:
+    found = await share_partition_offset(broker, group_id, topic_id, topic, partition)
     return {"partition_index": partition, "start_offset": found.start_offset, "leader_epoch": found.leader_epoch,
-            "lag": found.lag, "error_code": E.none, "error_message": None}
+            "lag": found.lag, "error_code": found.error, "error_message": None}

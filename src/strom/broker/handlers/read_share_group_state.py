@@ -19,8 +19,9 @@ MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-def _partition(partition: int, error: E, start_offset: int = -1, batches: Any = ()) -> dict[str, Any]:
-    return {"partition": partition, "error_code": error, "error_message": None, "state_epoch": 0,
+def _partition(partition: int, error: E, start_offset: int = -1, batches: Any = (),
+               state_epoch: int = 0) -> dict[str, Any]:
+    return {"partition": partition, "error_code": error, "error_message": None, "state_epoch": state_epoch,
             "start_offset": start_offset,
             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
@@ -45,6 +46,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             if error is not E.none or state is None:
                 partitions.append(_partition(p.partition, error))
             else:
-                partitions.append(_partition(p.partition, E.none, state.start_offset, state.batches))
+                partitions.append(_partition(p.partition, E.none, state.start_offset, state.batches,
+                                             state.state_epoch))
         results.append({"topic_id": t.topic_id, "partitions": partitions})
     return {"results": results}

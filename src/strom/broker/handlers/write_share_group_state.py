@@ -1,7 +1,8 @@
 """WriteShareGroupState (85): a share partition's leader on another broker has this broker's share
 coordinator write the share partition's state to __share_group_state (KIP-932's persister,
 inter-broker); answered once the ISR has it. A write from an older leader epoch than the state's is
-refused (FENCED_LEADER_EPOCH). Brokers only (CLUSTER_ACTION). v1 adds the delivery-complete count,
+refused (FENCED_LEADER_EPOCH), and so is one from an older state epoch (FENCED_STATE_EPOCH: an
+admin started the state afresh since that leader read it). Brokers only (CLUSTER_ACTION). v1 adds the delivery-complete count,
 which strom does not keep."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         batches = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                    for b in p.state_batches]
         return _partition(p.partition, await coordinator.write_state(
-            request.group_id, topic_id, p.partition, p.leader_epoch, p.start_offset, batches))
+            request.group_id, topic_id, p.partition, p.leader_epoch, p.start_offset, batches, p.state_epoch))
 
     results = []
     for t in request.topics:

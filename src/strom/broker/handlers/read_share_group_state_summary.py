@@ -1,0 +1,52 @@
+"""ReadShareGroupStateSummary (87): the group coordinator on another broker reads share partitions'
+start offset and epochs from this broker's share coordinator, for DescribeShareGroupOffsets
+(KIP-932's persister, inter-broker). A share partition without state answers start offset -1
+(Kafka's UNINITIALIZED_START_OFFSET). v1 adds the delivery-complete count: records at or after the
+start offset already ACKNOWLEDGED or ARCHIVED, which the lag leaves out. Records no leader epoch.
+Brokers only (CLUSTER_ACTION)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strom.protocol.errors import ErrorCode as E
+from strom.security.acl import AclOperation
+
+if TYPE_CHECKING:
+    from strom.broker.context import RequestContext
+    from strom.broker.server import Broker
+
+API_KEY = 87
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+
+def _partition(partition: int, error: E, state_epoch: int = 0, leader_epoch: int = 0, start_offset: int = -1,
+               delivery_complete_count: int = -1) -> dict[str, Any]:
+    return {"partition": partition, "error_code": error, "error_message": None, "state_epoch": state_epoch,
+            "leader_epoch": leader_epoch, "start_offset": start_offset,
+            "delivery_complete_count": delivery_complete_count}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = broker.share_coordinator
+    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
+    results = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            if not allowed:
+                partitions.append(_partition(p.partition, E.cluster_authorization_failed))
+            elif t.topic_id is None:
+                partitions.append(_partition(p.partition, E.invalid_request))
+            elif coordinator is None:
+                partitions.append(_partition(p.partition, E.coordinator_not_available))
+            else:
+                error, summary = coordinator.read_summary(request.group_id, t.topic_id, p.partition)
+                if error is not E.none or summary is None:
+                    partitions.append(_partition(p.partition, error))
+                else:
+                    partitions.append(_partition(p.partition, E.none, summary.state_epoch, summary.leader_epoch,
+                                                 summary.start_offset, summary.delivery_complete_count))
+        results.append({"topic_id": t.topic_id, "partitions": partitions})
+    return {"results": results}
