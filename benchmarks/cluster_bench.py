@@ -971,6 +971,8 @@ def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.
     said = [line for line in text.splitlines() if "controlled shutdown" in line]
     res["victim_log"] = said[-1].split("strom.cluster", 1)[-1].strip()[:200] if said else None
     res["stop_phases"] = stop_phases(text)
+    res["moved_logged_s"] = res["stop_phases"].get("moved_logged_s")
+    res["after_moved_s"] = res["stop_phases"].get("after_moved_s")
     still = sum(1 for s in states_now(cluster, topic, partitions) if s is not None and s.leader == victim)
     res["led_by_stopped_broker"] = still
     # Back again: every ISR full.
@@ -1007,7 +1009,7 @@ def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.
 
 
 SCALE_KEYS = ["create_answer_s", "create_isr_full_s", "create_logs_made_s", "rss_after_create_mb",
-              "leaderships_moved_s", "shutdown_exit_s", "rejoin_isr_full_s", "rss_peak_mb", "delete_answer_s",
+              "leaderships_moved_s", "moved_logged_s", "after_moved_s", "shutdown_exit_s", "rejoin_isr_full_s", "rss_peak_mb", "delete_answer_s",
               "delete_gone_s", "delete_logs_gone_s"]
 
 
@@ -1060,7 +1062,8 @@ def print_scale(res: dict[str, Any]) -> None:
               f"leaderless right after (worst broker) {s['leaderless_after_answer_max']}, ISR full "
               f"{fmt_spread(s['create_isr_full_s'], ' s')}, every log made {fmt_spread(s['create_logs_made_s'], ' s')}, "
               f"RSS {fmt_spread(s['rss_after_create_mb'], ' MB')}; "
-              f"controlled shutdown: all moved {fmt_spread(s['leaderships_moved_s'], ' s')}, exited "
+              f"controlled shutdown: all moved {fmt_spread(s['leaderships_moved_s'], ' s')} (the broker's own account "
+              f"{fmt_spread(s['moved_logged_s'], ' s')}, then to 'stopped cleanly' {fmt_spread(s['after_moved_s'], ' s')}), exited "
               f"{fmt_spread(s['shutdown_exit_s'], ' s')}; rejoin ISR full {fmt_spread(s['rejoin_isr_full_s'], ' s')}; "
               f"peak RSS {fmt_spread(s['rss_peak_mb'], ' MB')}; delete answered {fmt_spread(s['delete_answer_s'], ' s')}, "
               f"gone {fmt_spread(s['delete_gone_s'], ' s')}, logs removed {fmt_spread(s['delete_logs_gone_s'], ' s')}")

@@ -515,35 +515,62 @@ class Controller:
         once its replicas have stopped; brokers here drop a topic's partitions and logs when its
         topic node goes). Each topic's last transaction removes its topic node, its config and its
         deletion request together, so the topic ceases to exist in one step and a topic of the same
-        name created afterwards is never taken for this one (its config, or the request)."""
-        store = self.store
+        name created afterwards is never taken for this one (its config, or the request).
+        The trees are read assuming Kafka's layout below the partitions node (a state in each
+        partition node); when that guess fails, what is left is read in full and deleted."""
         started = time.monotonic()
-        units: list[list[str]] = []  # paths that go in one transaction, in order
-        trees = store.subtrees_bottom_up([path for name in names for path in (
-            zl.topic_path(name), zl.topic_config_path(name), zl.delete_topic_path(name))])
+        removed = transactions = 0
+        read_s = 0.0
+        for assume in (zl.assumed_children, lambda path: None):
+            t = time.monotonic()
+            units = self._deletion_units(names, assume)
+            read_s += time.monotonic() - t
+            batches = _pack(units, _DELETE_BATCH)
+            for batch in batches:
+                if not self._delete_batch(batch):
+                    log.info("deleting topics %s: the tree is not as assumed; reading it in full", names)
+                    break
+                removed += len(batch)
+                transactions += 1
+            else:
+                break
+        else:
+            raise RuntimeError(f"deleting topics {names}: a node went or came meanwhile; trying again")
+        for name in names:
+            log.info("deleted topic %s", name)
+        log.info("deleted %d topics: %d znodes in %d transactions, %.0f ms (%.0f ms of it reading them)",
+                 len(names), removed, transactions, (time.monotonic() - started) * 1000, read_s * 1000)
+
+    def _deletion_units(self, names: list[str], assume: Callable[[str], list[str] | None]) -> list[list[str]]:
+        """Blocking: the topics' znodes in the order they can go, grouped by what must go in one
+        transaction."""
+        units: list[list[str]] = []
+        trees = self.store.subtrees_bottom_up([path for name in names for path in (
+            zl.topic_path(name), zl.topic_config_path(name), zl.delete_topic_path(name))], assume)
         for topic, config, request in zip(trees[0::3], trees[1::3], trees[2::3], strict=True):
             units += [[path] for path in topic[:-1]]  # the partitions and their states
             last = topic[-1:] + config + request
             if last:
                 units.append(last)
-        batches = _pack(units, _DELETE_BATCH)
-        for batch in batches:
-            txn = store.zk.transaction()
-            txn.check(zl.CONTROLLER_EPOCH, self._epoch_version)
-            for path in batch:
-                txn.delete(path)
-            results = txn.commit()
-            if isinstance(results[0], BadVersionError):
-                raise _Fenced()
-            failed = [(path, r) for path, r in zip(batch, results[1:], strict=True)
-                      if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
-            if failed:
-                # A node gone or a child made meanwhile: the next pass reads the trees again.
-                raise RuntimeError(f"deleting topics {names}: {failed[:3]!r}")
-        for name in names:
-            log.info("deleted topic %s", name)
-        log.info("deleted %d topics: %d znodes in %d transactions, %.0f ms", len(names),
-                 sum(len(u) for u in units), len(batches), (time.monotonic() - started) * 1000)
+        return units
+
+    def _delete_batch(self, batch: list[str]) -> bool:
+        """Blocking: one fenced transaction deleting ``batch`` in order; False when a node in it is
+        missing or has children (nothing deleted then)."""
+        txn = self.store.zk.transaction()
+        txn.check(zl.CONTROLLER_EPOCH, self._epoch_version)
+        for path in batch:
+            txn.delete(path)
+        results = txn.commit()
+        if isinstance(results[0], BadVersionError):
+            raise _Fenced()
+        failed = [(path, r) for path, r in zip(batch, results[1:], strict=True)
+                  if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+        if isinstance(results[0], Exception) and not isinstance(results[0], (RolledBackError, RuntimeInconsistency)):
+            raise RuntimeError(f"controller epoch check failed: {results[0]!r}")
+        if failed:
+            log.debug("deletion refused: %r", failed[:3])
+        return not failed
 
 
 def _pack(units: list[list[str]], limit: int) -> list[list[str]]:
