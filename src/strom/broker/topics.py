@@ -434,12 +434,14 @@ class TopicManager:
         self._local_store().delete_topic(name)
         log.info("deleted topic %s", name)
 
-    async def wait_deleted(self, name: str, timeout_s: float = 10.0) -> None:
-        """In a cluster: until the controller has deleted the topic (gone from this broker's cache)."""
+    async def wait_deleted(self, names: list[str], timeout_s: float = 30.0) -> list[str]:
+        """In a cluster: until the controller has deleted the topics (gone from this broker's
+        cache), or the time is up; the names still there then."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._metadata.get_topic(name) is not None and loop.time() < deadline:
+        while (left := [n for n in names if self._metadata.get_topic(n) is not None]) and loop.time() < deadline:
             await asyncio.sleep(0.02)
+        return left
 
 
 def _refuse_replication_factor(replication_factor: int, brokers: int) -> None:

@@ -8,7 +8,8 @@ deletion requested) schedules one pass over the whole cluster that
   leader is gone or restarted (its registration has a new czxid), bumping the leader epoch,
 - takes dead brokers out of ISRs, and hands an offline partition back to the first ISR member
   that returns,
-- deletes the topics in /admin/delete_topics.
+- deletes the topics in /admin/delete_topics, all those requested in one pass together, their
+  znodes removed in batched transactions.
 Every write is a ZooKeeper transaction that checks /controller_epoch's version with a compare-and-set
 on the state's version, so a deposed controller cannot write anything. A pass decides every
 partition's new state first and then writes them in batches, up to _STATE_BATCH partitions per
@@ -20,7 +21,6 @@ new states together (zk_store reads watched states in a pipeline and applies the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -162,8 +162,8 @@ class Controller:
         leaving = store.shutting_down & set(live)
         usable = set(live) - bounced - leaving
         deletes = await store.run(self._pending_deletes)
-        for name in deletes:
-            await store.run(self._delete_topic, name)
+        if deletes:
+            await store.run(self._delete_topics, deletes)
         changes: list[_Change] = []
         alive = set(live) - bounced
         for name, assignment in list(store.assignments.items()):
@@ -509,28 +509,87 @@ class Controller:
         except NoNodeError:
             return []
 
-    def _delete_topic(self, name: str) -> None:
-        """Blocking: remove the topic's nodes (brokers see it vanish and delete their logs), then the
-        request. The topic node goes first: the topic ceases to exist in one step."""
-        zk = self.store.zk
-        if zk.exists(zl.CONTROLLER_EPOCH) is None:
-            return
-        _, stat = zk.get(zl.CONTROLLER_EPOCH)
-        if stat.version != self._epoch_version:
+    def _delete_topics(self, names: list[str]) -> None:
+        """Blocking: remove the topics' znodes in batches of ZooKeeper transactions, each fenced by
+        the controller epoch, children before parents (Kafka's controller deletes a topic's tree
+        once its replicas have stopped; brokers here drop a topic's partitions and logs when its
+        topic node goes). Each topic's last transaction removes its topic node, its config and its
+        deletion request together, so the topic ceases to exist in one step and a topic of the same
+        name created afterwards is never taken for this one (its config, or the request).
+        The trees are read assuming Kafka's layout below the partitions node (a state in each
+        partition node); when that guess fails, what is left is read in full and deleted."""
+        started = time.monotonic()
+        removed = transactions = 0
+        read_s = 0.0
+        for assume in (zl.assumed_children, lambda path: None):
+            t = time.monotonic()
+            units = self._deletion_units(names, assume)
+            read_s += time.monotonic() - t
+            batches = _pack(units, _DELETE_BATCH)
+            for batch in batches:
+                if not self._delete_batch(batch):
+                    log.info("deleting topics %s: the tree is not as assumed; reading it in full", names)
+                    break
+                removed += len(batch)
+                transactions += 1
+            else:
+                break
+        else:
+            raise RuntimeError(f"deleting topics {names}: a node went or came meanwhile; trying again")
+        for name in names:
+            log.info("deleted topic %s", name)
+        log.info("deleted %d topics: %d znodes in %d transactions, %.0f ms (%.0f ms of it reading them)",
+                 len(names), removed, transactions, (time.monotonic() - started) * 1000, read_s * 1000)
+
+    def _deletion_units(self, names: list[str], assume: Callable[[str], list[str] | None]) -> list[list[str]]:
+        """Blocking: the topics' znodes in the order they can go, grouped by what must go in one
+        transaction."""
+        units: list[list[str]] = []
+        trees = self.store.subtrees_bottom_up([path for name in names for path in (
+            zl.topic_path(name), zl.topic_config_path(name), zl.delete_topic_path(name))], assume)
+        for topic, config, request in zip(trees[0::3], trees[1::3], trees[2::3], strict=True):
+            units += [[path] for path in topic[:-1]]  # the partitions and their states
+            last = topic[-1:] + config + request
+            if last:
+                units.append(last)
+        return units
+
+    def _delete_batch(self, batch: list[str]) -> bool:
+        """Blocking: one fenced transaction deleting ``batch`` in order; False when a node in it is
+        missing or has children (nothing deleted then)."""
+        txn = self.store.zk.transaction()
+        txn.check(zl.CONTROLLER_EPOCH, self._epoch_version)
+        for path in batch:
+            txn.delete(path)
+        results = txn.commit()
+        if isinstance(results[0], BadVersionError):
             raise _Fenced()
-        if zk.exists(zl.topic_path(name)):
-            zk.delete(zl.topic_path(name), recursive=True)
-        if zk.exists(zl.topic_config_path(name)):
-            zk.delete(zl.topic_config_path(name))
-        with contextlib.suppress(NoNodeError):
-            zk.delete(zl.delete_topic_path(name))
-        log.info("deleted topic %s", name)
+        failed = [(path, r) for path, r in zip(batch, results[1:], strict=True)
+                  if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+        if isinstance(results[0], Exception) and not isinstance(results[0], (RolledBackError, RuntimeInconsistency)):
+            raise RuntimeError(f"controller epoch check failed: {results[0]!r}")
+        if failed:
+            log.debug("deletion refused: %r", failed[:3])
+        return not failed
+
+
+def _pack(units: list[list[str]], limit: int) -> list[list[str]]:
+    """Consecutive units into batches of at most ``limit`` paths, a unit never split."""
+    batches: list[list[str]] = []
+    for unit in units:
+        if not batches or len(batches[-1]) + len(unit) > limit:
+            batches.append([])
+        batches[-1].extend(unit)
+    return batches
 
 
 _ELECTION_ATTEMPTS = 3  # re-reads of a partition state that changed under an ElectLeaders write
 # Partition states per ZooKeeper transaction: a new one is two operations of ~150 bytes, so a batch
 # stays far below ZooKeeper's 1 MB request limit (jute.maxbuffer).
 _STATE_BATCH = 500
+# Deletions per ZooKeeper transaction: a delete is its path and a version (~70 bytes for a
+# partition's state), so 1,000 of them stay far below ZooKeeper's 1 MB request limit.
+_DELETE_BATCH = 1000
 _Change = tuple[str, int, "PartitionState | None", PartitionState]  # topic, partition, current, new
 
 

@@ -75,6 +75,18 @@ def state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
 
+def assumed_children(path: str) -> list[str] | None:
+    """The children a node of a topic's tree has in Kafka's layout without reading them: a
+    partition node holds its state, a state node nothing (None: read them)."""
+    parts = path.split("/")
+    # "", "brokers", "topics", <topic>, "partitions", <p>[, "state"]
+    if len(parts) == 6 and path.startswith(TOPICS + "/") and parts[4] == "partitions" and parts[5].isdigit():
+        return ["state"]
+    if len(parts) == 7 and path.startswith(TOPICS + "/") and parts[4] == "partitions" and parts[6] == "state":
+        return []
+    return None
+
+
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 

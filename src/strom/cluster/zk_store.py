@@ -108,6 +108,9 @@ class ZkMetadataStore(TopicLookups):
         self._states_unread: set[tuple[str, int]] = set()  # reads lost with the connection
         self._states_read: set[tuple[str, int]] = set()  # the loop: read at least once (made or not)
         self._reread_posted = False
+        # Topics whose deletion is requested (/admin/delete_topics): kazoo's thread only. Their
+        # state znodes are about to go: a watch that fires on one is not followed by a read.
+        self._deleting: frozenset[str] = frozenset()
         self._lock = threading.Lock()  # guards the "watched" collections and the state queue
         self._registration: BrokerRegistration | None = None
         self._lost = False
@@ -272,6 +275,9 @@ class ZkMetadataStore(TopicLookups):
         return [reg for reg, _ in self.departed.values()]
 
     def _deletes_requested(self, children: list[str]) -> None:
+        # kazoo delivers watch events in ZooKeeper's order, on one thread: a topic re-created after
+        # its deletion is seen after its request node has gone from this list.
+        self._deleting = frozenset(children)
         if children:
             self._post(ClusterEvent("delete_topics"))
 
@@ -346,6 +352,11 @@ class ZkMetadataStore(TopicLookups):
         self.zk.get_async(zl.state_path(*key), watch=watcher).rawlink(functools.partial(self._state_read, key, watcher))
 
     def _state_event(self, key: tuple[str, int], event: Any) -> None:
+        if key[0] in self._deleting:
+            # The controller is removing the topic's znodes: no read (its answer would be "gone",
+            # and then a watch on a node that is never made again). The topic leaves the cache
+            # in one step when its topic node goes.
+            return
         self._read_state(key)  # changed, created, deleted, or the session went: read it again
 
     def _state_read(self, key: tuple[str, int], watcher: Callable[[Any], None], result: Any) -> None:
@@ -557,6 +568,30 @@ class ZkMetadataStore(TopicLookups):
         merged = {**current.replicas, **replicas}
         self.zk.set(zl.topic_path(name), zl.encode_topic(TopicAssignment(
             name, current.topic_id, merged, current.adding, current.removing)), version=stat.version)
+
+    def subtrees_bottom_up(self, roots: list[str],
+                           assume: Callable[[str], list[str] | None] = lambda path: None) -> list[list[str]]:
+        """Blocking: for each of ``roots``, every znode under it and the root itself, children
+        before their parent (an order they can be deleted in); [] for a root that does not exist.
+        Read a level at a time with pipelined asynchronous reads, all roots together; the children
+        of a node for which ``assume`` answers a list are taken from it, not read (a deletion then
+        fails on a wrong guess, and the caller walks again without guessing)."""
+        found: list[list[str]] = [[] for _ in roots]
+        level = list(enumerate(roots))
+        while level:
+            pending = []
+            for i, path in level:
+                guess = assume(path)
+                pending.append((i, path, guess if guess is not None else self.zk.get_children_async(path)))
+            level = []
+            for i, path, result in pending:
+                try:
+                    children = result if isinstance(result, list) else result.get()
+                except NoNodeError:
+                    continue  # gone meanwhile (or never there)
+                found[i].append(path)
+                level += [(i, f"{path}/{child}") for child in children]
+        return [f[::-1] for f in found]  # breadth-first order reversed: every child precedes its parent
 
     def request_delete(self, name: str) -> None:
         self._require_connection()

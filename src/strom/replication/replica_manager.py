@@ -34,6 +34,8 @@ from strom.replication.leader_append import (
 from strom.replication.partition import FollowerSession, Partition
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from strom.cluster.metadata import ClusterEvent, TopicInfo
     from strom.cluster.zk_layout import BrokerRegistration, TopicAssignment
     from strom.config import BrokerConfig
@@ -53,6 +55,9 @@ AppendEntry = tuple[str, int, "bytes | bytearray | memoryview | None"]
 
 # New partitions whose logs are made in one go (in a thread), then taken up together.
 _MAKE_LOGS_CHUNK = 500
+# Directories of a deleted topic removed per thread job: a broker stopping meanwhile waits for one
+# chunk, not for the whole topic (the rest, renamed "-delete", go at its next start).
+_REMOVE_DIRS_CHUNK = 200
 
 
 def fetcher_index(topic: str, partition: int, fetchers: int) -> int:
@@ -344,9 +349,14 @@ class ReplicaManager:
         lm = self.logs
         if any(plog.topic == topic for plog in lm.all_logs()):
             paths = lm.schedule_delete(topic)
-            loop = asyncio.get_running_loop()
-            self.spawn(loop.run_in_executor(None, lm.remove_dirs, paths))
+            self.spawn(self._remove_dirs(paths))
             log.info("deleted the logs of topic %s", topic)
+
+    async def _remove_dirs(self, paths: list[Path]) -> None:
+        """The directories of deleted logs, removed in a thread a chunk at a time."""
+        loop = asyncio.get_running_loop()
+        for i in range(0, len(paths), _REMOVE_DIRS_CHUNK):
+            await loop.run_in_executor(None, self.logs.remove_dirs, paths[i:i + _REMOVE_DIRS_CHUNK])
 
     # ---- for handlers ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    requested: dict[str, dict[str, Any]] = {}  # in a cluster: deletions asked of the controller
     for name, topic_id in wanted:
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0, "error_message": None}
         if name is None and topic_id is not None:
@@ -44,8 +45,17 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                     entry["topic_id"] = info.topic_id
                 broker.topics.delete(name or "")
                 if broker.cluster is not None:
-                    await broker.topics.wait_deleted(name or "")
+                    requested[name or ""] = entry
             except TopicError as e:
                 entry.update(error_code=e.error_code, error_message=e.message)
         results.append(entry)
+    if requested:
+        # All asked first, then waited for together: the controller deletes them in one pass. A
+        # timeout of 0 (confluent-kafka's default) is Kafka's "answer at once"; strom still waits,
+        # bounded, so a re-create right after the answer finds the name free.
+        timeout_s = request.timeout.total_seconds()  # kio: a timedelta
+        left = await broker.topics.wait_deleted(list(requested), timeout_s if timeout_s > 0 else 30.0)
+        for name in left if timeout_s > 0 else ():
+            requested[name].update(error_code=E.request_timed_out,
+                                   error_message=f"Topic '{name}' is marked for deletion; not deleted yet.")
     return {"throttle_time": 0, "responses": results}
