@@ -406,28 +406,42 @@ def create_once(src: Path, partitions: int, extra: list[str], profile: Path | No
         return r
 
 
+MAX_PER_TOPIC = 10_000  # strom's cap on partitions one request may create (as a policy)
+
+
+def topics_of(partitions: int) -> list[tuple[str, int]]:
+    """Topics ``scale0``, ``scale1``, ... of at most MAX_PER_TOPIC partitions, ``partitions`` in all."""
+    return [(f"scale{i}", min(MAX_PER_TOPIC, partitions - start))
+            for i, start in enumerate(range(0, partitions, MAX_PER_TOPIC))]
+
+
 def restart_once(src: Path, partitions: int, unflushed: int, extra: list[str],
                  profile: Path | None) -> dict[str, float]:
+    topics = topics_of(partitions)
+    last_topic, last_count = topics[-1]
     with tempfile.TemporaryDirectory(prefix="strom-scale-") as tmp:
         broker = BrokerProcess(src, Path(tmp) / "logs", extra, profile)
         broker.start("first")
         r: dict[str, float] = {}
         try:
-            r["create_s"] = create_topic(broker.bootstrap, "scale", partitions)
-            produce_one_each(broker.bootstrap, "scale", range(partitions), b"x")
+            r["create_s"] = sum(create_topic(broker.bootstrap, t, n) for t, n in topics)
+            for t, n in topics:
+                produce_one_each(broker.bootstrap, t, range(n), b"x")
             r["rss_mb"] = broker.hwm() / 2**20
         finally:
             r["stop_s"] = broker.stop()
         r["clean_ready_s"] = broker.start("clean-start")
-        r["clean_fetch_s"] = first_fetch(broker, "scale", partitions - 1)
-        step = max(partitions // max(unflushed, 1), 1)
-        touched = range(0, partitions, step)[:unflushed]
-        produce_one_each(broker.bootstrap, "scale", touched, b"y")  # unflushed: the page cache only
+        r["clean_fetch_s"] = first_fetch(broker, last_topic, last_count - 1)
+        first_topic, first_count = topics[0]
+        step = max(first_count // max(unflushed, 1), 1)
+        touched = range(0, first_count, step)[:unflushed]
+        produce_one_each(broker.bootstrap, first_topic, touched, b"y")  # unflushed: the page cache only
         broker.kill()
         r["unclean_ready_s"] = broker.start("unclean-start")
-        r["unclean_fetch_s"] = first_fetch(broker, "scale", partitions - 1)
+        r["unclean_fetch_s"] = first_fetch(broker, last_topic, last_count - 1)
         try:
-            read_all(broker.bootstrap, "scale", partitions, partitions + len(touched))
+            for t, n in topics:
+                read_all(broker.bootstrap, t, n, n + (len(touched) if t == first_topic else 0))
         finally:
             r["stop_after_s"] = broker.stop()
         return r
@@ -438,8 +452,9 @@ def stop_once(src: Path, partitions: int, extra: list[str], profile: Path | None
         broker = BrokerProcess(src, Path(tmp) / "logs", extra, profile)
         broker.start("stop")
         try:
-            create_topic(broker.bootstrap, "scale", partitions)
-            produce_one_each(broker.bootstrap, "scale", range(partitions), b"x")
+            for t, n in topics_of(partitions):
+                create_topic(broker.bootstrap, t, n)
+                produce_one_each(broker.bootstrap, t, range(n), b"x")
         finally:
             took = broker.stop()
         return {"stop_s": took}
