@@ -325,7 +325,7 @@ def test_the_timed_flush_looks_only_at_logs_that_changed(tmp_path: Path) -> None
 
 
 def test_a_clean_stop_of_many_logs_leaves_each_durable_to_its_end(tmp_path: Path) -> None:
-    """Many logs (the syncfs path on Linux): recovery points at the log ends, data there after."""
+    """Many logs (closed in threads): recovery points at the log ends, data there after."""
     lm = manager([tmp_path])
     logs = lm.create_logs("t", range(40), TOPIC_ID)
     for plog in logs[::2]:

@@ -800,8 +800,7 @@ class PartitionLog:
         """Clean close: final index entries and files, a producer snapshot at the log end (unless
         one is there already), then the handles; a log unchanged since it was loaded writes nothing.
         Call ``flush`` first for the data itself to be durable. ``fsync=False``: nothing is fsynced,
-        the caller makes it all durable (LogManager.shutdown syncs the file system once). Returns
-        whether files were written."""
+        the caller makes it durable. Returns whether files were written."""
         if self._closed:
             return False
         written = []
@@ -828,11 +827,6 @@ class PartitionLog:
         sealed or a file made or removed since the last flush."""
         return (self.recovery_point < self.log_end_offset or bool(self._unflushed_sealed)
                 or bool(self._pending_fsync) or self._dir_dirty or self.leader_epoch_cache.needs_fsync)
-
-    def mark_flushed(self) -> None:
-        """Everything written is durable (the caller synced the whole file system after the log
-        was closed): the recovery point moves to the log end."""
-        self.recovery_point = self.log_end_offset
 
     def close_handlers(self) -> None:
         """Close file handles without writing anything (Kafka's closeHandlers): for logs being

@@ -231,9 +231,7 @@ class LogManager:
         """Flush and close every log, write the checkpoints, then the clean shutdown markers.
         A log unchanged since it was loaded or last flushed writes nothing."""
         logs = list(self._logs.values())
-        if len(logs) > FSYNC_THREADS and has_syncfs():
-            self._close_then_sync(logs)
-        elif len(logs) > FSYNC_THREADS:
+        if len(logs) > FSYNC_THREADS:
             # Several fsyncs per log, each log on its own: the file system commits concurrent ones
             # together (a thousand partitions close in about a second, not ten).
             with ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="strom-close") as pool:
@@ -251,18 +249,6 @@ class LogManager:
         self._dir_of.clear()
         self._topic_ids.clear()
         self._dir_counts = [0] * len(self.log_dirs)
-
-    def _close_then_sync(self, logs: list[PartitionLog]) -> None:
-        """Close every log writing its last files without an fsync, then sync each log dir's file
-        system once (syncfs): one call instead of up to five fsyncs per log, which for thousands of
-        logs was most of a clean stop."""
-        unflushed = [plog for plog in logs if plog.unflushed]
-        with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="strom-close") as pool:
-            written = any(list(pool.map(lambda plog: plog.close(fsync=False), logs)))
-        if written or unflushed:
-            self._sync_log_dirs(range(len(self.log_dirs)))
-        for plog in unflushed:
-            plog.mark_flushed()
 
     def _sync_log_dirs(self, indexes: Iterable[int]) -> None:
         """syncfs once for each file system holding one of these log dirs. Blocking."""
