@@ -192,12 +192,24 @@ def test_create_logs_in_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         synced.append(Path(directory))
         real_fsync_dir(directory)
 
+    filesystems: list[Path] = []
+    real_sync_filesystem = lm_module.sync_filesystem
+
+    def counting_sync_filesystem(directory: Path) -> bool:
+        filesystems.append(Path(directory))
+        return real_sync_filesystem(directory)
+
     monkeypatch.setattr(lm_module, "fsync_dir", counting_fsync_dir)
+    monkeypatch.setattr(lm_module, "sync_filesystem", counting_sync_filesystem)
     logs = lm.create_logs("t", [3, 0, 2, 1, *range(4, 40)], TOPIC_ID)
     assert [log.partition for log in logs] == [3, 0, 2, 1, *range(4, 40)]  # in the order asked
     assert partitions_per_dir(dirs) == [20, 20]
-    # Every new partition directory once, each log dir once: not a log dir fsync per partition.
-    assert sorted(synced) == sorted([log.directory for log in logs] + dirs)
+    if lm_module.has_syncfs():
+        # Linux: one syncfs of the file system both log dirs are on, no fsync per directory.
+        assert (synced, filesystems) == ([], [dirs[0]])
+    else:
+        # Every new partition directory once, each log dir once: not a log dir fsync per partition.
+        assert sorted(synced) == sorted([log.directory for log in logs] + dirs)
     for log in logs:
         assert lm.topic_id_of_dir(log.directory) == TOPIC_ID
         assert lm.get_log("t", log.partition) is log
@@ -281,3 +293,46 @@ def test_stray_logs_are_set_aside(tmp_path: Path) -> None:
     assert [(log.topic, log.partition) for log in again.all_logs()] == [("kept", 0)]
     assert path.exists()
     assert again.create_log("ghost", 0, OTHER_ID).directory == dirs[0] / "ghost-0"
+
+
+def test_the_timed_flush_looks_only_at_logs_that_changed(tmp_path: Path) -> None:
+    """logs_to_flush: a log comes back with its appends or rolls and goes once nothing is due."""
+    lm = manager([tmp_path])
+    timed = LogConfig(segment_bytes=500, flush_interval_ms=1000)
+    plain = lm.create_logs("plain", range(50), TOPIC_ID)
+    flushed = lm.create_logs("timed", range(2), uuid.UUID(int=7), timed)
+    assert lm.logs_to_flush(100.0) == []  # new, empty logs: nothing for the timer
+    append(plain[3], batch(1))
+    append(flushed[1], batch(1))
+    assert lm.logs_to_flush(101.0) == [flushed[1]]  # flush.ms: due at once, the first time
+    assert lm.logs_to_flush(101.5) == []  # not yet flushed, but its interval has not passed
+    assert lm.logs_to_flush(102.0) == [flushed[1]]
+    flushed[1].flush()
+    assert flushed[1].recovery_point == 1
+    assert lm.logs_to_flush(103.0) == []
+    append(flushed[1], batch(1))
+    assert lm.logs_to_flush(104.0) == [flushed[1]]
+    # A roll makes a log due whatever its flush policy: the recovery point follows sealed segments.
+    while len(plain[7].segments()) < 2:
+        append(plain[7], batch(40))
+    assert plain[7] in lm.logs_to_flush(105.0)
+    plain[7].flush()
+    assert plain[7].recovery_point == plain[7].log_end_offset
+    assert lm.logs_to_flush(106.0) == [flushed[1]]
+    lm.shutdown()
+    points = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()
+    assert points[("plain", 3)] == 1 and points[("timed", 1)] == 2
+
+
+def test_a_clean_stop_of_many_logs_leaves_each_durable_to_its_end(tmp_path: Path) -> None:
+    """Many logs (closed in threads): recovery points at the log ends, data there after."""
+    lm = manager([tmp_path])
+    logs = lm.create_logs("t", range(40), TOPIC_ID)
+    for plog in logs[::2]:
+        append(plog, batch(3))
+    lm.shutdown()
+    points = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()
+    assert points == {("t", p): 3 if p % 2 == 0 else 0 for p in range(40)}
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+    again = manager([tmp_path])
+    assert {p.partition: p.log_end_offset for p in again.all_logs()} == {p: 3 if p % 2 == 0 else 0 for p in range(40)}

@@ -320,21 +320,13 @@ class Broker:
         return task
 
     async def _flush_loop(self) -> None:
-        """Timed flush (log.flush.interval.ms / flush.ms) and the flush after a segment roll;
-        fsync runs in a thread."""
+        """Timed flush (log.flush.interval.ms / flush.ms) and the flush after a segment roll, of
+        the logs that changed since (the log manager keeps them); fsync runs in a thread."""
         loop = asyncio.get_running_loop()
-        last: dict[tuple[str, int], float] = {}
         while True:
             await asyncio.sleep(0.2)
-            now = time.monotonic()
-            for plog in self.log_manager.all_logs():
-                interval = plog.config.flush_interval_ms
-                key = (plog.topic, plog.partition)
-                due = interval is not None and (now - last.get(key, 0.0)) * 1000 >= interval \
-                    and plog.recovery_point < plog.log_end_offset
-                if due or plog.has_unflushed_sealed():
-                    last[key] = now
-                    await loop.run_in_executor(None, plog.flush)
+            for plog in self.log_manager.logs_to_flush(time.monotonic()):
+                await loop.run_in_executor(None, plog.flush)
 
     async def _checkpoint_loop(self) -> None:
         """Recovery points and log start offsets to their checkpoint files, every

@@ -80,10 +80,12 @@ class PartitionMetadataFile:
     def __init__(self, directory: Path) -> None:
         self.path = directory / self.FILE_NAME
 
-    def write(self, topic_id: uuid.UUID, *, fsync_directory: bool = True) -> None:
+    def write(self, topic_id: uuid.UUID, *, fsync: bool = True, fsync_directory: bool = True) -> None:
+        """``fsync=False``: the caller makes it durable (a sync of the whole file system)."""
         write_atomic(
             self.path,
             f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n".encode(),
+            fsync=fsync,
             fsync_directory=fsync_directory,
         )
 

@@ -167,6 +167,13 @@ class TimeIndex(_IndexFile):
         del self.timestamps[:]
         del self.relative_offsets[:]
 
+    def sealed_bytes(self, max_timestamp: int, offset_of_max_timestamp: int) -> bytes:
+        """The file as a seal with this max timestamp would write it (its final entry added)."""
+        data = self.to_bytes()
+        if max_timestamp >= 0 and (not self.timestamps or max_timestamp > self.timestamps[-1]):
+            data += _TIME_ENTRY.pack(max_timestamp, offset_of_max_timestamp - self.base_offset)
+        return data
+
     def to_bytes(self) -> bytes:
         out = bytearray(self.ENTRY_SIZE * len(self))
         for i, (ts, rel) in enumerate(zip(self.timestamps, self.relative_offsets, strict=True)):

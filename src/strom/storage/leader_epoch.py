@@ -7,7 +7,9 @@ partition's next flush, and a lost or torn file is rebuilt from the batches seen
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
@@ -32,6 +34,7 @@ class LeaderEpochFileCache:
         self.path = directory / FILE_NAME
         self.entries: list[EpochEntry] = self._read()
         self._needs_fsync = False
+        self._held: list[EpochEntry] | None = None  # entries as on disk while writes are held back
 
     def _read(self) -> list[EpochEntry]:
         try:
@@ -48,11 +51,30 @@ class LeaderEpochFileCache:
             return []
         return entries
 
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Changes inside are written once at the end, and only if the entries differ from the file:
+        recovery cuts and re-learns epochs that are usually the same (a write per log would be most of
+        a large broker's start)."""
+        self._held = list(self.entries)
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if self.entries != held:
+                self._write()
+
     def _write(self) -> None:
+        if self._held is not None:
+            return
         write_atomic(
             self.path, format_entries([f"{e.epoch} {e.start_offset}" for e in self.entries]), fsync=False
         )
         self._needs_fsync = True
+
+    @property
+    def needs_fsync(self) -> bool:
+        return self._needs_fsync
 
     def flush(self) -> None:
         if self._needs_fsync:

@@ -137,6 +137,10 @@ class PartitionLog:
         # Set by the LogManager: takes segments removed from the log (files already renamed to
         # .deleted) and closes and deletes them later, off the event loop. None: delete at once.
         self.deletion_sink: Callable[[list[LogSegment]], None] | None = None
+        # Set by the LogManager: told (once, until it resets ``flush_candidate``) that the log has
+        # something a timed flush may want, so the flush loop looks at these logs, not at all.
+        self.flush_sink: Callable[[PartitionLog], None] | None = None
+        self.flush_candidate = False
 
     def __repr__(self) -> str:
         return (
@@ -172,6 +176,11 @@ class PartitionLog:
         return plog
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        with self.leader_epoch_cache.batched():  # one write at most, and none when nothing changed
+            self._load_segments(recovery_point, log_start_offset, clean_shutdown)
+        self._rebuild_producer_state()
+
+    def _load_segments(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
         bases = self._scan_directory()
         interval = self.config.index_interval_bytes
         now = self._now_ms()
@@ -210,7 +219,6 @@ class PartitionLog:
         self.high_watermark = self.log_end_offset
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
 
     def _scan_directory(self) -> list[int]:
         """Base offsets of the segments; removes temporary leftovers and orphan index files."""
@@ -240,11 +248,18 @@ class PartitionLog:
             recovered = True
             if i >= first_recovered and full:
                 cut = seg.recover(on_batch=on_batch)
+                if not cut and seg.index_files_current():
+                    seg.indexes_dirty = False  # the same entries as on disk: nothing to write
             elif not seg.load_indexes():
                 log.info("%s: rebuilding the indexes of segment %d", self, seg.base_offset)
                 cut = seg.recover(on_batch=on_batch)
             elif last:
+                loaded = seg.offset_index.to_bytes(), seg.max_timestamp, seg.offset_of_max_timestamp
                 cut = seg.recover(from_index_tail=True, on_batch=on_batch)
+                if not cut and loaded == (seg.offset_index.to_bytes(), seg.max_timestamp, seg.offset_of_max_timestamp):
+                    # The index files on disk are still right (the time index's final entry is the
+                    # max timestamp, as a seal writes it): a close need not write them again.
+                    seg.indexes_dirty = False
             else:
                 recovered = False
             if cut:
@@ -362,6 +377,8 @@ class PartitionLog:
         segment.next_offset = end
         # Data is written before the end moves: a concurrent flush never claims unwritten bytes.
         self.log_end_offset = end
+        if not self.flush_candidate:
+            self._flush_candidate()
         self.producer_state.map_end_offset = end
         if not self.replicated:
             self.high_watermark = end  # in a cluster the ISR moves it (replication.partition)
@@ -424,6 +441,7 @@ class PartitionLog:
             return old
         old.seal()
         snapshot = self.producer_state.take_snapshot(fsync=False)
+        assert snapshot is not None
         new = LogSegment.create(
             self.directory, self.log_end_offset, self.config.index_interval_bytes, self._now_ms()
         )
@@ -435,7 +453,14 @@ class PartitionLog:
             if old.txn_index.entries:
                 self._pending_fsync.append(old.txn_index.path)
             self._dir_dirty = True
+        if not self.flush_candidate:
+            self._flush_candidate()
         return new
+
+    def _flush_candidate(self) -> None:
+        if self.flush_sink is not None:
+            self.flush_candidate = True
+            self.flush_sink(self)
 
     # ---- durability ------------------------------------------------------------------------
 
@@ -771,23 +796,37 @@ class PartitionLog:
 
     # ---- closing ---------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Clean close: final index entries and files, a producer snapshot, then the handles.
-        Call ``flush`` first for the data itself to be durable."""
+    def close(self, *, fsync: bool = True) -> bool:
+        """Clean close: final index entries and files, a producer snapshot at the log end (unless
+        one is there already), then the handles; a log unchanged since it was loaded writes nothing.
+        Call ``flush`` first for the data itself to be durable. ``fsync=False``: nothing is fsynced,
+        the caller makes it durable. Returns whether files were written."""
         if self._closed:
-            return
+            return False
         written = []
         for seg in self._segments:
             if seg.indexes_dirty:
                 seg.seal()
                 written += [seg.offset_index.path, seg.time_index.path]
         self.producer_state.map_end_offset = self.log_end_offset
-        self.producer_state.take_snapshot(fsync=True)
-        self.leader_epoch_cache.flush()
-        for path in written:
-            fsync_path(path)
-        fsync_dir(self.directory)
+        snapshot = self.producer_state.take_snapshot(fsync=False, only_if_new=True)
+        if snapshot is not None:
+            written.append(snapshot)
+        if fsync:
+            self.leader_epoch_cache.flush()
+            for path in written:
+                fsync_path(path)
+            if written:
+                fsync_dir(self.directory)
         self.close_handlers()
+        return bool(written)
+
+    @property
+    def unflushed(self) -> bool:
+        """Something written is not yet known durable: data past the recovery point, a segment
+        sealed or a file made or removed since the last flush."""
+        return (self.recovery_point < self.log_end_offset or bool(self._unflushed_sealed)
+                or bool(self._pending_fsync) or self._dir_dirty or self.leader_epoch_cache.needs_fsync)
 
     def close_handlers(self) -> None:
         """Close file handles without writing anything (Kafka's closeHandlers): for logs being

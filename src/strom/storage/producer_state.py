@@ -134,6 +134,9 @@ class ProducerStateManager:
         self.ongoing_txns: dict[int, int] = {}
         # State reflects every batch below this offset.
         self.map_end_offset = 0
+        # The offset of the snapshot last loaded or written (-1: none): the state at an offset is
+        # the log's up to it, so a snapshot there need not be written again (Kafka's takeSnapshot).
+        self.last_snapshot_offset = -1
 
     # ---- the produce path ------------------------------------------------------------------
 
@@ -239,20 +242,24 @@ class ProducerStateManager:
 
     # ---- snapshots -------------------------------------------------------------------------
 
-    def take_snapshot(self, *, fsync: bool) -> Path:
-        """Write the state at ``map_end_offset``; returns the file (to fsync later if not now)."""
+    def take_snapshot(self, *, fsync: bool, only_if_new: bool = False) -> Path | None:
+        """Write the state at ``map_end_offset``; returns the file (to fsync later if not now).
+        ``only_if_new``: nothing is written (None) when the last snapshot is at that offset."""
+        path = snapshot_path(self.directory, self.map_end_offset)
+        if only_if_new and self.last_snapshot_offset == self.map_end_offset and path.exists():
+            return None
         body = bytearray(_COUNT.pack(len(self.producers)))
         for entry in self.producers.values():
             body += _PRODUCER.pack(entry.producer_id, entry.producer_epoch, entry.last_timestamp,
                                    entry.current_txn_first_offset, len(entry.batches))
             for b in entry.batches:
                 body += _BATCH.pack(*b)
-        path = snapshot_path(self.directory, self.map_end_offset)
         write_atomic(
             path,
             _FILE_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(body)) + body,
             fsync=fsync,
         )
+        self.last_snapshot_offset = self.map_end_offset
         return path
 
     def load_latest_snapshot(self, log_start_offset: int, log_end_offset: int) -> int:
@@ -271,7 +278,7 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 self.clear(log_start_offset)
                 continue
-            self.map_end_offset = offset
+            self.map_end_offset = self.last_snapshot_offset = offset
             return offset
         return log_start_offset
 
