@@ -320,3 +320,41 @@ def test_source_decodes_values_itself(spark: Any, registry_broker: Any, tmp_path
     with pytest.raises(Exception, match="needs 'schema.registry.url'"):
         (spark.read.format("strom").option("kafka.bootstrap.servers", b).option("subscribe", "in-source")
          .option("valueAvroSubject", "in-source-value").load().collect())
+
+
+LOGICAL = {"type": "record", "name": "Stamp", "namespace": "logic", "fields": [
+    {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "at_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+    {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 3}},
+    {"name": "level", "type": {"type": "enum", "name": "Level", "symbols": ["LOW", "HIGH"]}},
+    {"name": "when", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}], "default": None}]}
+
+
+@ENGINES
+def test_logical_types_fixed_and_enums(spark: Any, registry_broker: Any, engine: str) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    b, url = registry_broker.bootstrap, registry_broker.registry_url
+    topic = f"logical-{engine}"
+    create_topic(b, topic, 1)
+    utc = dt.UTC
+    want = [{"at_ms": dt.datetime(2026, 11, 26, 12, 0, 0, 123000, tzinfo=utc),
+             "at_us": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc),  # before the epoch
+             "day": dt.date(2026, 1, i + 1), "price": Decimal(f"{i}.05") - Decimal(3),
+             "code": bytes([i, 0, 255]), "level": "HIGH" if i % 2 else "LOW",
+             "when": None if i % 2 else dt.datetime(2000, 1, 1, tzinfo=utc)} for i in range(5)]
+    produce_avro(b, SchemaRegistryClient({"url": url}), topic, LOGICAL, want)
+    df = (read(spark, b, topic).orderBy("offset")
+          .select(from_avro("value", subject=f"{topic}-value", registry_url=url, engine=engine).alias("s"))
+          .select("s.*"))
+    assert df.schema.simpleString() == ("struct<at_ms:timestamp,at_us:timestamp,day:date,price:decimal(9,2),"
+                                        "code:binary,level:string,when:timestamp>")
+    got = [r.asDict() for r in df.collect()]
+    for row in got:
+        row["code"] = bytes(row["code"])
+        for k in ("at_ms", "at_us", "when"):  # PySpark hands naive datetimes in this process's local time
+            row[k] = row[k].astimezone(utc) if row[k] is not None else None
+    assert got == want
