@@ -8,7 +8,7 @@ BASE_STAMP := $(VENV)/.installed-base
 SPARK_STAMP := $(VENV)/.installed-spark
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test check lint typecheck unit install deps zookeeper librdkafka-tests cluster clean
+.PHONY: run test check lint typecheck unit install deps zookeeper librdkafka-tests cluster clean jvm
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -91,6 +91,25 @@ $(RDKAFKA_STAMP):
 	test -x $(RDKAFKA_DIR)/tests/test-runner
 	touch $@
 
+# strom's Spark functions in the JVM (jvm/: from_avro's decoder, a Java UDF over the Apache Avro that
+# PySpark ships), compiled against the installed PySpark's jars into build/jvm (git-ignored, never
+# committed; `make test` and `make demo` build it after installing PySpark). strom.spark.local_session
+# puts the jar on the session's spark.jars; without it from_avro takes its Arrow UDF path. javac comes
+# with a JDK (Debian's default-jdk-headless, installed when missing).
+JVM_JAR := build/jvm/strom-spark.jar
+JVM_SRC := $(wildcard jvm/strom/spark/*.java)
+jvm: $(JVM_JAR)
+
+$(JVM_JAR): $(JVM_SRC)
+	@command -v javac >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends default-jdk-headless; }
+	rm -rf build/jvm/classes && mkdir -p build/jvm/classes
+	javac --release 17 -nowarn -d build/jvm/classes \
+	  -cp "$$($(PY) -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" \
+	  $(JVM_SRC)
+	jar --create --file $@ -C build/jvm/classes .
+
 run: $(BASE_STAMP)
 	$(VENV)/bin/strom broker --override schema.registry.listeners=http://127.0.0.1:8081
 
@@ -106,7 +125,7 @@ lint: $(TEST_STAMP)
 TEST_WORKERS ?= 3
 PYTEST_RUN := $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0 \
 	--durations=30 --junitxml=test-artifacts/junit.xml
-test: $(TEST_STAMP) deps lint
+test: $(TEST_STAMP) deps lint jvm
 	$(PYTEST_RUN) tests
 
 # The edit-test loop: lint, types and the tests that need no cluster, Spark, browser or librdkafka build.
@@ -123,5 +142,5 @@ cluster: $(BASE_STAMP) zookeeper
 
 # The streaming trucking example: broker (embedded if none answers), simulator, Spark job, live alerts.
 .PHONY: demo
-demo: $(SPARK_STAMP)
+demo: $(SPARK_STAMP) jvm
 	$(VENV)/bin/strom demo trucking

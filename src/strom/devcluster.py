@@ -214,24 +214,48 @@ class BrokerChild:
             self.proc.wait()
 
 
-def run_dev_cluster(brokers: int, base_port: int, data_dir: Path, zk_port: int | None) -> None:
-    """Start ZooKeeper and ``brokers`` brokers, print the bootstrap list, wait for Ctrl-C/SIGTERM."""
-    # A port already taken stops everything before anything starts, naming the port.
+def planned_ports(brokers: int, base_port: int, zk_port: int | None, registry_port: int | None) -> dict[int, str]:
+    """Every port the dev cluster will listen on, and what for: broker i's Kafka listener on
+    base_port + i - 1, its schema registry on registry_port + i - 1 (None: no registries)."""
     wanted = {base_port + i: f"broker {i + 1}'s listener" for i in range(brokers)}
+    if registry_port is not None:
+        for i in range(brokers):
+            port = registry_port + i
+            if port in wanted:
+                raise DevClusterError(f"port {port} cannot be both broker {i + 1}'s schema registry and "
+                                      f"{wanted[port]}: choose another --registry-port")
+            wanted[port] = f"broker {i + 1}'s schema registry"
     if zk_port:
         if zk_port in wanted:
             raise DevClusterError(f"port {zk_port} cannot be both ZooKeeper's and {wanted[zk_port]}")
         wanted[zk_port] = "ZooKeeper's"
-    check_ports(wanted)
+    return wanted
+
+
+def broker_overrides(broker_id: int, brokers: int, registry_port: int | None) -> dict[str, str]:
+    """Broker ``broker_id``'s settings beyond its listener, data and ZooKeeper: replication as far as
+    ``brokers`` allows, and its own schema registry listener (every broker serves the registry)."""
+    overrides = {"default.replication.factor": str(min(3, brokers)),
+                 "offsets.topic.replication.factor": str(min(3, brokers)),
+                 "min.insync.replicas": str(min(2, brokers)),
+                 "zookeeper.session.timeout.ms": "6000"}
+    if registry_port is not None:
+        overrides["schema.registry.listeners"] = f"http://127.0.0.1:{registry_port + broker_id - 1}"
+    return overrides
+
+
+def run_dev_cluster(brokers: int, base_port: int, data_dir: Path, zk_port: int | None,
+                    registry_port: int | None = None) -> None:
+    """Start ZooKeeper and ``brokers`` brokers (each with its schema registry on registry_port +
+    i - 1 unless that is None), print the bootstrap list and registry URLs, wait for Ctrl-C/SIGTERM."""
+    # A port already taken stops everything before anything starts, naming the port.
+    check_ports(planned_ports(brokers, base_port, zk_port, registry_port))
     data_dir.mkdir(parents=True, exist_ok=True)
     zk = ZooKeeperServer(data_dir / "zookeeper", zk_port, tick_ms=500)
     print(f"starting ZooKeeper on 127.0.0.1:{zk.port} ...", flush=True)
     zk.start()
     children = [BrokerChild(i + 1, base_port + i, data_dir / f"broker-{i + 1}", zk.connect,
-                            {"default.replication.factor": str(min(3, brokers)),
-                             "offsets.topic.replication.factor": str(min(3, brokers)),
-                             "min.insync.replicas": str(min(2, brokers)),
-                             "zookeeper.session.timeout.ms": "6000"})
+                            broker_overrides(i + 1, brokers, registry_port))
                 for i in range(brokers)]
     stopping = threading.Event()
 
@@ -253,8 +277,12 @@ def run_dev_cluster(brokers: int, base_port: int, data_dir: Path, zk_port: int |
                     why = f": {child.failure}" if child.failure else ""
                     raise DevClusterError(f"broker {child.broker_id} did not start{why}")
         bootstrap = ",".join(f"127.0.0.1:{c.port}" for c in children)
+        registries = ",".join(c.settings["schema.registry.listeners"] for c in children
+                              if "schema.registry.listeners" in c.settings)
         print(f"\nstrom dev cluster ready: {brokers} brokers, ZooKeeper {zk.connect}\n"
-              f"bootstrap servers: {bootstrap}\nCtrl-C stops everything.\n", flush=True)
+              f"bootstrap servers: {bootstrap}\n"
+              + (f"schema registry: {registries}\n" if registries else "")
+              + "Ctrl-C stops everything.\n", flush=True)
         while not stopping.wait(0.5):
             dead = [c.broker_id for c in children if c.proc is not None and c.proc.poll() is not None]
             if len(dead) == len(children):

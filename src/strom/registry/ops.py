@@ -11,7 +11,7 @@ from typing import Any
 
 from strom.registry import compat, errors
 from strom.registry import records as rec
-from strom.registry.formats import InvalidSchema, ParsedSchema, protobuf
+from strom.registry.formats import InvalidSchema, ParsedSchema, proto_text, protobuf
 from strom.registry.formats.parse import parse
 from strom.registry.records import Reference, SchemaValue
 from strom.registry.state import RegistryState
@@ -145,13 +145,17 @@ class Registry:
         return out
 
     async def render(self, sv: SchemaValue, fmt: str | None) -> str:
-        """The schema text to answer: as stored, except a Protobuf text with ``format=serialized``:
-        its descriptor, base64 (a descriptor registered as such is given so whatever the format:
-        strom has no descriptor-to-text renderer). ``serialized`` is accepted for every type."""
-        if sv.schema_type != "PROTOBUF" or fmt != "serialized" or protobuf.is_serialized(sv.schema):
+        """The schema text to answer: as stored, except for Protobuf, answered as .proto text unless
+        ``format=serialized`` asks for the base64 descriptor (as Confluent does): a text with
+        ``serialized`` is its descriptor; a descriptor (what confluent-kafka's ProtobufSerializer
+        registers) without it is printed as text (formats.proto_text) where protoc compiles that
+        text back to the same schema, else given as stored. ``serialized`` is accepted for every type."""
+        if sv.schema_type != "PROTOBUF" or (fmt == "serialized") == protobuf.is_serialized(sv.schema):
             return sv.schema
         state = await self.state()
         refs = tuple(self._resolve(state, sv.references))
+        if fmt != "serialized":
+            return await asyncio.to_thread(_printed, sv.schema, refs) or sv.schema
         parsed = await asyncio.to_thread(_parse_cached, sv.schema_type, sv.schema, refs)
         return str(parsed.parsed.serialized)
 
@@ -415,6 +419,19 @@ def _parse_cached(schema_type: str, text: str, refs: tuple[tuple[str, str], ...]
     """Stored schemas are parsed again for each compatibility check; a parse depends on its text
     and its references' texts only."""
     return parse(schema_type, text, refs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _printed(serialized: str, refs: tuple[tuple[str, str], ...]) -> str | None:
+    """A Protobuf descriptor (base64) as .proto text, if that text is the same schema (the same
+    canonical form, so registering it gives the same id)."""
+    try:
+        text = proto_text.to_text(protobuf.decode(serialized))
+        if text is None or _parse_cached("PROTOBUF", text, refs).canonical != _canonical("PROTOBUF", serialized, refs):
+            return None
+    except InvalidSchema:
+        return None
+    return text
 
 
 @functools.cache

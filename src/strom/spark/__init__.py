@@ -20,6 +20,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
+from strom.spark import jvm
 from strom.spark.avro import from_avro, to_avro
 from strom.spark.avro_codec import AvroDecodeError
 from strom.spark.fetch import DataLossError
@@ -99,6 +100,7 @@ def local_session(app_name: str = "strom", master: str = "local[2]", **conf: str
 
     Spark starts its Python workers with $PYSPARK_PYTHON (default: `python3` on the PATH), which must
     be able to import strom; this points it at the running interpreter unless it is already set.
+    strom's jar (`make jvm`, strom.spark.jvm), when built, is added to spark.jars.
     """
     from pyspark.sql import SparkSession
 
@@ -106,8 +108,12 @@ def local_session(app_name: str = "strom", master: str = "local[2]", **conf: str
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2"))
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+    settings = {key.replace("__", "."): value for key, value in conf.items()}
+    jars = jvm.with_jar(settings.get("spark.jars"))  # from_avro decodes in the JVM where the jar is built
+    if jars:
+        settings["spark.jars"] = jars
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     register(spark)
     return spark

@@ -127,10 +127,59 @@ class SchemaSource:
                                       f"{self.config['url']}: {e}") from None
             if schema.schema_type not in (None, "AVRO"):
                 raise AvroDecodeError(f"schema id {schema_id} is a {schema.schema_type} schema, not Avro")
-            if schema.references:
-                raise AvroDecodeError(f"schema id {schema_id} has references, which from_avro does not follow")
-            found = self._cache[key] = parse(schema.schema_str)
+            try:
+                found = self._cache[key] = parse(standalone(self.client(), schema))
+            except Exception as e:
+                raise AvroDecodeError(f"the references of schema id {schema_id} could not be followed: {e}") from None
         return found
+
+
+def standalone(client: Any, schema: Any) -> Any:
+    """A registered schema (confluent-kafka's Schema) as one self-contained Avro schema: the named
+    types of its references (other subjects' versions, as AvroSerializer registers them; followed
+    depth first) written out where the schema first uses them, by name after that."""
+    import json
+
+    named: dict[str, Any] = {}
+    seen: set[tuple[str, int]] = set()
+
+    def load(references: Any) -> None:
+        for ref in references or ():
+            if (ref.subject, ref.version) in seen:
+                continue
+            seen.add((ref.subject, ref.version))
+            referenced = client.get_version(ref.subject, ref.version).schema
+            load(referenced.references)
+            fastavro.parse_schema(json.loads(referenced.schema_str), named_schemas=named, _write_hint=False)
+
+    load(schema.references)
+    main = fastavro.parse_schema(json.loads(schema.schema_str), named_schemas=named, _write_hint=False)
+    if not schema.references:
+        return main
+    defined: set[str] = set()
+
+    def inline(s: Any) -> Any:
+        if isinstance(s, str):
+            if s in named and s not in defined:
+                return inline(named[s])
+            return s
+        if isinstance(s, list):
+            return [inline(b) for b in s]
+        if not isinstance(s, dict):
+            return s
+        out = dict(s)
+        if "name" in s and s.get("type") in ("record", "error", "enum", "fixed"):
+            defined.add(s["name"])
+        if "fields" in s:
+            out["fields"] = [{**f, "type": inline(f["type"])} for f in s["fields"]]
+        for key in ("items", "values"):
+            if key in s:
+                out[key] = inline(s[key])
+        if isinstance(s.get("type"), (dict, list)):
+            out["type"] = inline(s["type"])
+        return out
+
+    return inline(main)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -188,12 +188,16 @@ def spark_session(master: str, log_path: Path, conf: dict[str, str]) -> Any:
     from pyspark.sql import SparkSession
 
     from strom.spark import register
+    from strom.spark.jvm import with_jar
 
     if _loopback_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                 "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **conf}
+    jars = with_jar(settings.get("spark.jars"))  # from_avro decodes in the JVM where strom's jar is built
+    if jars:
+        settings["spark.jars"] = jars
     spark_conf = SparkConf().setMaster(master).setAppName("strom-trucking-demo").setAll(list(settings.items()))
     if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         with log_path.open("ab") as log:  # the JVM keeps its own copy of the descriptor
