@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from brokerproc import BrokerProcess
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from google.protobuf import descriptor_pb2
 from test_registry_protobuf_text import register
-from test_schema_registry import call, registry_broker, wait_loaded
+from test_schema_registry import call
 
 from strom.registry.formats import protobuf
 from strom.registry.formats.proto_text import to_text
@@ -211,14 +210,8 @@ def test_custom_options_are_left_out() -> None:
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
-    broker, url = registry_broker(tmp_path_factory.mktemp("registry-proto-printer") / "data")
-    broker.start()
-    try:
-        wait_loaded(url)
-        yield broker, url
-    finally:
-        broker.stop()
+def registry(registry_broker: BrokerProcess) -> tuple[BrokerProcess, str]:
+    return registry_broker, registry_broker.registry_url
 
 
 def test_a_serialized_descriptor_is_answered_as_text(registry: tuple[BrokerProcess, str],
