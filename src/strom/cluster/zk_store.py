@@ -107,6 +107,10 @@ class ZkMetadataStore(TopicLookups):
         self._state_flush_posted = False
         self._states_unread: set[tuple[str, int]] = set()  # reads lost with the connection
         self._states_read: set[tuple[str, int]] = set()  # the loop: read at least once (made or not)
+        # The loop: state reads that reached it before their topic's assignment (a flush posted for
+        # another topic's reads can run before this topic's update): applied when it lands, since
+        # nothing reads them again (a missing state's watch fires only on its creation).
+        self._early_states: dict[str, list[tuple[tuple[str, int], uuid.UUID, PartitionState | None]]] = {}
         self._reread_posted = False
         # Topics whose deletion is requested (/admin/delete_topics): kazoo's thread only. Their
         # state znodes are about to go: a watch that fires on one is not followed by a read.
@@ -331,6 +335,9 @@ class ZkMetadataStore(TopicLookups):
             def update() -> None:
                 self.assignments[name] = assignment
                 self._refresh_topic(name)
+                early = self._early_states.pop(name, None)
+                if early:  # ahead of any read queued since: those are newer
+                    self._requeue_states(early, ahead=True)
 
             self._post(ClusterEvent("topic", name), update)
             for p in new_states:
@@ -436,6 +443,10 @@ class ZkMetadataStore(TopicLookups):
         """The cache takes ``state`` unless it is older than what it has; True when it changed."""
         current = self.assignments.get(key[0])
         if current is None or current.topic_id != topic_id:
+            with self._lock:
+                watched = self._watched_states.get(key) == topic_id
+            if watched:  # read before its topic's assignment reached the cache: kept until it does
+                self._early_states.setdefault(key[0], []).append((key, topic_id, state))
             return False
         first = key not in self._states_read
         self._states_read.add(key)
@@ -458,8 +469,17 @@ class ZkMetadataStore(TopicLookups):
         assignment = self.assignments.get(topic)
         if assignment is None:
             return
+        self._requeue_states([((topic, partition), assignment.topic_id, state)])
+
+    def _requeue_states(self, reads: list[tuple[tuple[str, int], uuid.UUID, PartitionState | None]],
+                        *, ahead: bool = False) -> None:
+        """The loop: states to apply in the next batch, as if just read (``ahead``: before the reads
+        already queued)."""
         with self._lock:
-            self._state_queue.append(((topic, partition), assignment.topic_id, state))
+            if ahead:
+                self._state_queue[:0] = reads
+            else:
+                self._state_queue.extend(reads)
             if self._state_flush_posted:
                 return
             self._state_flush_posted = True
@@ -522,6 +542,7 @@ class ZkMetadataStore(TopicLookups):
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
         self._states_read -= {k for k in self._states_read if k[0] == name}
+        self._early_states.pop(name, None)
 
     def live_brokers_in_zookeeper(self) -> dict[int, str | None]:
         """The registered brokers read from ZooKeeper itself, as Kafka's topic creation reads them:
