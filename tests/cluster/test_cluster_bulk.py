@@ -127,7 +127,11 @@ def test_deleting_a_topic_of_hundreds_of_partitions_removes_it_everywhere(cluste
     for path in (zl.topic_path(topic), zl.topic_config_path(topic), zl.delete_topic_path(topic)):
         assert cluster.zk.exists(path) is None, f"{path} is still in ZooKeeper"
     # The controller removed them in a few transactions, not one call per znode.
-    said = [line for line in cluster.brokers[controller].log_lines[logged_before:] if "znodes in" in line]
+    # (its log line is read from the broker's output by a thread: waited for, not assumed there yet)
+    def said_lines() -> list[str]:
+        return [line for line in cluster.brokers[controller].log_lines[logged_before:] if "znodes in" in line]
+
+    said = wait_until(said_lines, 30, what="the controller's line on the deletion")
     counted = re.search(r"deleted 1 topics: (\d+) znodes in (\d+) transactions", said[-1]) if said else None
     assert counted and int(counted[1]) >= 2 * PARTITIONS + 3 and int(counted[2]) < int(counted[1]) // 100, said
 
