@@ -115,9 +115,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 group = item.nodeid.split("::", 1)[0]
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    # Longest first, so that no long group starts last and keeps one worker busy alone at the end:
-    # the shared cluster and Spark's groups, the other cluster and Spark modules, the slowest of
-    # librdkafka's cases, then the rest in their order.
+    # Longest first, so that no long test starts last and keeps one worker busy alone at the end.
+    # xdist (--loadscope-reorder, its default) hands out the groups first, most tests first (the
+    # shared cluster's, Spark's, the modules'); this order is the one of the tests on their own: the
+    # slowest of librdkafka's cases, then the other cluster and Spark tests, then the rest.
     items.sort(key=_start_early)
 
 

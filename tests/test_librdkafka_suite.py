@@ -31,6 +31,11 @@ class Case:
     passes: int | None = None  # how many sub-test passes the runner must report, when fixed
     brokers: int = 1  # more: a cluster of its own (ZooKeeper and strom brokers, tests/cluster)
     group_protocol: str | None = None  # "consumer": the test's consumers use KIP-848's protocol
+    # The broker's group.initial.rebalance.delay.ms: Kafka's 3 s (as librdkafka's test clusters) for
+    # the tests that count rebalances, which assume consumers subscribing together join one
+    # generation; 0 ms, as strom's other test brokers, for the rest, whose groups then form at once
+    # instead of 3 s later for each group they form (0137 forms eight).
+    initial_rebalance_delay_ms: int = 0
 
     @property
     def id(self) -> str:
@@ -47,8 +52,7 @@ ACL_CASES = [Case("0081_admin", subtests=sub, passes=4) for sub in ("CreateAcls"
 # (AlterConfigs and IncrementalAlterConfigs, from each client) sets Kafka's Kerberos broker config
 # sasl.kerberos.min.time.before.relogin on broker 0. Left out: the slow CreateTopics, DescribeConsumerGroups, DeleteConsumerGroupOffsets, AlterConsumerGroupOffsets and
 # ListConsumerGroupOffsets groups (they pass, in 9 to 26 seconds each).
-# The group ones wait Kafka's 3 s group.initial.rebalance.delay.ms for each group they form (40 to
-# 60 s in all): their limit leaves room for a busy machine.
+# The group ones form several groups each: their limit leaves room for a busy machine.
 ADMIN_CASES = [Case("0081_admin", subtests=sub, passes=n, timeout=150 if "Groups" in sub else 60) for sub, n in (
     ("unclean_destroy", 4), ("DeleteTopics", 2), ("CreatePartitions", 2),
     ("DescribeConfigs", 2), ("AlterConfigs", 4), ("DeleteRecords", 4), ("ListConsumerGroups", 4), ("DeleteGroups", 4),
@@ -63,7 +67,7 @@ AUTH_CASES = [Case("0109_auto_create_topics"), Case("0115_producer_auth"), Case(
 # Regression tests: librdkafka tests that pass against one strom broker in a few seconds each and
 # exercise the broker (left out: slower ones, and quick ones of the client's own API such as 0020,
 # 0021, 0039, 0040, 0053, 0060, 0064, 0065; docs/testing.md lists them all).
-# 0137 forms eight groups, one after the other, each after the 3 s initial rebalance delay (60 s).
+# 0137 forms eight groups, one after the other (some 35 s): its limit leaves room for a busy machine.
 REGRESSION_CASES = [Case(name, timeout=150 if name.startswith("0137") else 60) for name in (
     "0001_multiobj", "0002_unkpart", "0003_msgmaxsize", "0005_order", "0007_autotopic", "0008_reqacks",
     "0011_produce_batch", "0012_produce_consume", "0013_null_msgs", "0016_client_swname",
@@ -87,22 +91,25 @@ TXN_CASES = [Case("0103_transactions", brokers=3, timeout=120), Case("0129_fetch
 # Consumer groups, classic protocol: 0113 (cooperative-sticky incremental rebalancing, in full mode
 # some 10 minutes, so one case per group of its sub-tests) and 0118 (commits from the rebalance
 # callback). Their counts of rebalances assume Kafka's group.initial.rebalance.delay.ms of 3 s, which
-# the runner's brokers have (rdkafka_runner.BROKER_OVERRIDES). Not run: 0113's o_java_interop, which
-# skips itself whenever sasl.mechanism is set, and librdkafka sets it (GSSAPI by default).
+# their brokers get. Not run: 0113's o_java_interop, which skips itself whenever sasl.mechanism is
+# set, and librdkafka sets it (GSSAPI by default).
 _0113_GROUPS = ("a_assign", "b_subscribe", "c_subscribe", "d_change", "e_change", "f_assign", "g_incremental",
                 "h_delete", "i_delete", "j_delete", "k_add", "l_unsubscribe", "m_unsubscribe", "n_wildcard",
                 "s_subscribe", "t_max_poll", "v_commit", "x_incremental")
-GROUP_CASES = ([Case("0113_cooperative_rebalance", subtests=sub, timeout=150) for sub in _0113_GROUPS]
+_KAFKA_DELAY = 3000  # Kafka's group.initial.rebalance.delay.ms
+GROUP_CASES = ([Case("0113_cooperative_rebalance", subtests=sub, timeout=150, initial_rebalance_delay_ms=_KAFKA_DELAY)
+                for sub in _0113_GROUPS]
                + [Case("0113_cooperative_rebalance", subtests=f"use_rebalance_cb: {cb}, subscription_variation: {v}",
-                       timeout=150) for cb in (0, 1) for v in (0, 1, 2)]
-               + [Case("0118_commit_rebalance")])
+                       timeout=150, initial_rebalance_delay_ms=_KAFKA_DELAY) for cb in (0, 1) for v in (0, 1, 2)]
+               + [Case("0118_commit_rebalance", initial_rebalance_delay_ms=_KAFKA_DELAY)])
 
 # The same group cases with the consumer group protocol (KIP-848; librdkafka 2.8.0's support is early
 # access): each librdkafka test of the suite that subscribes, again with group.protocol=consumer.
 # Left out: 0109_auto_create_topics, whose 2.8.0 version expects a heartbeat naming a topic the member
 # may not describe to be accepted; Kafka 4 (and strom) answer TOPIC_AUTHORIZATION_FAILED, which later
 # librdkafka tests expect (docs/testing.md).
-CONSUMER_PROTOCOL_CASES = [Case(name, group_protocol="consumer", timeout=150 if name.startswith("0137") else 60)
+CONSUMER_PROTOCOL_CASES = [Case(name, group_protocol="consumer", timeout=150 if name.startswith("0137") else 60,
+                                initial_rebalance_delay_ms=_KAFKA_DELAY if name.startswith("0118") else 0)
                            for name in (
     "0022_consume_batch", "0029_assign_offset", "0042_many_topics", "0056_balanced_group_mt", "0082_fetch_max_bytes",
     "0090_idempotence", "0092_mixed_msgver", "0118_commit_rebalance", "0119_consumer_auth",
@@ -123,7 +130,8 @@ def _runner_built() -> None:
                                   for c in CASES])
 def test_librdkafka(case: Case, tmp_path: Path) -> None:
     kw = {"scenario": case.scenario, "subtests": case.subtests, "quick": case.quick, "timeout": case.timeout,
-          "group_protocol": case.group_protocol}
+          "group_protocol": case.group_protocol,
+          "overrides": {"group.initial.rebalance.delay.ms": str(case.initial_rebalance_delay_ms)}}
     if case.brokers > 1:
         result, logs = run_against_new_cluster(case.name, tmp_path, size=case.brokers, **kw)  # type: ignore[arg-type]
     else:
