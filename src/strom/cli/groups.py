@@ -225,10 +225,18 @@ def describe(group: str, client: ClientOptions) -> None:
     kind = _type_name(getattr(desc, "type", None))
     detail = _consumer_group_detail(desc, group, client) if kind == "consumer" else None
     rows: dict[tuple[str, int], PartitionRow] = {}
-    for m in desc.members:
-        for tp in m.assignment.topic_partitions:
-            rows[(tp.topic, tp.partition)] = PartitionRow(tp.topic, tp.partition, None, None, m.member_id,
-                                                          m.host, m.client_id)
+    if detail is not None:
+        # Owners from the same answer as the header and the members' table (the AdminClient's
+        # describe came a moment earlier: a rebalance may have moved on since).
+        for cm in detail.members:
+            for topic, partitions in cm.current.items():
+                for p in partitions:
+                    rows[(topic, p)] = PartitionRow(topic, p, None, None, cm.member_id, cm.host, cm.client_id)
+    else:
+        for m in desc.members:
+            for tp in m.assignment.topic_partitions:
+                rows[(tp.topic, tp.partition)] = PartitionRow(tp.topic, tp.partition, None, None, m.member_id,
+                                                              m.host, m.client_id)
     committed = _committed_offsets(admin, group)
     for tp, offset in committed.items():
         rows.setdefault(tp, PartitionRow(tp[0], tp[1], None, None)).committed = offset
