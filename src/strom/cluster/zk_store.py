@@ -350,6 +350,10 @@ class ZkMetadataStore(TopicLookups):
 
     def _read_state(self, key: tuple[str, int]) -> None:
         """Any thread: read a watched state and watch it again (asynchronously: many in flight)."""
+        if self._closing:
+            # kazoo's stop ends the connection thread before its callback workers: a request made
+            # now would wait forever on the connection's wake-up socket once that is full.
+            return
         with self._lock:
             if key not in self._watched_states:
                 return
@@ -370,6 +374,8 @@ class ZkMetadataStore(TopicLookups):
         try:
             data, stat = result.get_nowait()
         except NoNodeError:
+            if self._closing:
+                return
             # Not made yet (the controller makes it): watch for its creation.
             self.zk.exists_async(zl.state_path(*key), watch=watcher).rawlink(
                 functools.partial(self._state_exists, key))
