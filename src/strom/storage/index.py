@@ -14,7 +14,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from strom.storage.atomic import write_atomic
+from strom.storage.atomic import read_file, write_atomic
 
 _TIME_ENTRY = struct.Struct(">qi")
 _LITTLE = sys.byteorder == "little"
@@ -49,11 +49,8 @@ class _IndexFile:
     def _read_entries(self) -> bytes | None:
         """Clear, then the file's bytes; None if it is missing or not a whole number of entries."""
         self.clear()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        return None if len(data) % self.ENTRY_SIZE else data
+        data = read_file(self.path)
+        return None if data is None or len(data) % self.ENTRY_SIZE else data
 
 
 class OffsetIndex(_IndexFile):
