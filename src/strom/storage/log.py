@@ -825,8 +825,7 @@ class PartitionLog:
         written = []
         for seg in self._segments:
             if seg.indexes_dirty:
-                seg.seal()
-                written += [seg.offset_index.path, seg.time_index.path]
+                written += seg.seal()
         self.producer_state.map_end_offset = self.log_end_offset
         snapshot = self.producer_state.take_snapshot(fsync=False, only_if_new=True)
         if snapshot is not None:
