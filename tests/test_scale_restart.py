@@ -175,3 +175,50 @@ def test_timed_and_per_message_flushes_with_the_flush_loop_of_changed_logs(tmp_p
         assert os.path.exists(data / ".kafka_cleanshutdown")
     finally:
         b.stop()
+
+
+def test_idempotent_producer_continues_across_a_clean_restart_and_a_sigkill_right_after_it(tmp_path: Path) -> None:
+    """A clean stop after a write in every one of 2,000 logs, a clean start (indexes trusted, no tail
+    re-read), then the same idempotent producer goes on in every partition: the producer state came
+    back from the snapshots (a lost one would answer OUT_OF_ORDER_SEQUENCE or take the batch as a
+    new producer's). A SIGKILL right after that start, then every record is there once."""
+    data = tmp_path / "data"
+    b = BrokerProcess(data).start()
+    errors: list[str] = []
+    acked: list[int] = []
+    producer = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "message.timeout.ms": 120000, "reconnect.backoff.max.ms": 200})
+
+    def send(value: bytes) -> None:
+        del acked[:]
+        for p in range(PARTITIONS):
+            producer.produce("idem", value, partition=p,
+                             on_delivery=lambda err, msg: errors.append(str(err)) if err else acked.append(msg.partition()))
+            producer.poll(0)
+        assert producer.flush(150) == 0
+        assert not errors, errors[:3]
+        assert sorted(acked) == list(range(PARTITIONS))
+
+    try:
+        create_topics(b.bootstrap, {"idem": PARTITIONS})
+        send(b"first")
+        assert b.stop() == 0
+        assert (data / ".kafka_cleanshutdown").exists()
+        snapshot = data / "idem-7" / f"{1:020d}.snapshot"
+        assert snapshot.exists()  # the clean stop wrote the producer state at the log end
+
+        b.start(timeout=180)
+        b.wait_for_log("loading logs from", "(clean shutdown)")
+        send(b"second")  # the same producer id, the next sequence numbers
+        b.kill()  # right after a clean start: nothing of the second round is flushed yet
+        assert not (data / ".kafka_cleanshutdown").exists()
+
+        b.start(timeout=180)
+        b.wait_for_log("loading logs from", "(unclean shutdown)")
+        send(b"third")
+        read_every_partition(b.bootstrap, "idem", dict.fromkeys(range(PARTITIONS), [b"first", b"second", b"third"]))
+        for p in (0, PARTITIONS - 1):
+            assert validate_partition_dir(data / f"idem-{p}").next_offset == 3
+    finally:
+        producer.flush(5)
+        b.stop()

@@ -245,3 +245,27 @@ def test_empty_index_files_are_not_trusted(tmp_path: Path, which: str) -> None:
     for k in (0, 17, 33, 79):
         assert again.offset_for_timestamp(1000 + k // 2) == (k - k % 2, 1000 + k // 2)
         assert iter_batches(again.read(k, 1))[0].base_offset == k - k % 2
+
+
+def test_clean_close_rewrites_only_the_index_files_that_changed(tmp_path: Path) -> None:
+    """After a clean start, a record smaller than index.interval.bytes changes the time index (its
+    final entry) but not the offset index: a close writes the one, keeps the other (same inode),
+    and the next clean start trusts both and serves every record."""
+    config = LogConfig(index_interval_bytes=4096)
+    log = PartitionLog.open(tmp_path, "t", 0, config)
+    append(log, batch(2, ts=1000))
+    log.flush()
+    log.close()
+    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=2, clean_shutdown=True)
+    seg = again.segments()[-1]
+    index_inode = os.stat(seg.offset_index.path).st_ino
+    time_inode = os.stat(seg.time_index.path).st_ino
+    append(again, batch(1, ts=2000))
+    again.flush()
+    again.close()
+    assert os.stat(seg.offset_index.path).st_ino == index_inode  # not written again
+    assert os.stat(seg.time_index.path).st_ino != time_inode  # its final entry is the new max
+    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=3, clean_shutdown=True)
+    assert not third.segments()[-1].indexes_dirty  # the files agreed with the log
+    assert third.log_end_offset == 3 and len(values(third)) == 3
+    assert third.offset_for_timestamp(1500) is not None

@@ -123,6 +123,7 @@ class ReplicaManager:
         # ISR changes waiting for the write in flight (partition, proposed state, why, ISR before).
         self._isr_queue: list[tuple[Partition, PartitionState, str, tuple[int, ...]]] = []
         self._isr_task: asyncio.Task[Any] | None = None
+        self._changes: dict[str, int] | None = None  # see _log_change
         store.listeners.append(self._on_event)
 
     # ---- what fetchers use (replication.fetcher.FetcherHost) ---------------------------------------
@@ -144,8 +145,7 @@ class ReplicaManager:
         changes are taken up as they come."""
         self._started = True
         for topic, assignment in list(self.store.assignments.items()):
-            for p in assignment.replicas:
-                self._apply(topic, p)
+            self._apply_topic(topic, assignment)
         self._shrink_task = self.spawn(self._isr_shrink_loop())
 
     async def stop(self) -> None:
@@ -167,14 +167,27 @@ class ReplicaManager:
             if assignment is None:
                 self._topic_gone(event.topic)
             else:
-                for p in assignment.replicas:
-                    self._apply(event.topic, p)
+                self._apply_topic(event.topic, assignment)
         elif event.kind == "topic_config" and event.topic is not None:
             self._on_topic_config(event.topic)
 
-    def _apply(self, topic: str, p: int) -> None:
+    def _apply_topic(self, topic: str, assignment: TopicAssignment) -> None:
+        """Every partition of one topic, the assignment read once (a one-node store computes it
+        per read: reading it per partition made a topic's start quadratic). The per-partition
+        leadership lines go to debug, and one line counts them."""
+        self._changes = {}
+        try:
+            for p in assignment.replicas:
+                self._apply(topic, p, assignment)
+        finally:
+            changes, self._changes = self._changes, None
+        for what, count in sorted(changes.items()):
+            log.info("%s: %d partitions %s", topic, count, what)
+
+    def _apply(self, topic: str, p: int, assignment: TopicAssignment | None = None) -> None:
         store = self.store
-        assignment = store.assignments.get(topic)
+        if assignment is None:
+            assignment = store.assignments.get(topic)
         state = store.state(topic, p)
         if assignment is None or state is None:
             return
@@ -299,8 +312,9 @@ class ReplicaManager:
         cache = part.log.leader_epoch_cache
         if state.leader_epoch > cache.latest_epoch:
             cache.assign(state.leader_epoch, part.log.log_end_offset)
-        log.info("%s-%d: leader at epoch %d (log end %d, hw %d, isr %s)", part.topic, part.partition,
-                 state.leader_epoch, part.log.log_end_offset, part.log.high_watermark, list(state.isr))
+        self._log_change(f"led at epoch {state.leader_epoch}", "%s-%d: leader at epoch %d (log end %d, hw %d, isr %s)",
+                         part.topic, part.partition, state.leader_epoch, part.log.log_end_offset,
+                         part.log.high_watermark, list(state.isr))
         self._after_hw_inputs_changed(part)
         self._tell_leadership(part, state.leader_epoch)
 
@@ -323,8 +337,18 @@ class ReplicaManager:
             fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
             fetcher.start()
         fetcher.add(part)
-        log.info("%s-%d: follower of %d at epoch %d", part.topic, part.partition, state.leader,
-                 state.leader_epoch)
+        self._log_change(f"followed (leader {state.leader}, epoch {state.leader_epoch})",
+                         "%s-%d: follower of %d at epoch %d", part.topic, part.partition, state.leader,
+                         state.leader_epoch)
+
+    def _log_change(self, summary: str, msg: str, *args: Any) -> None:
+        """A leadership change: logged on its own, or counted under ``summary`` while a whole topic
+        is applied (then the line is debug: thousands of lines cost the start seconds)."""
+        if self._changes is None:
+            log.info(msg, *args)
+            return
+        self._changes[summary] = self._changes.get(summary, 0) + 1
+        log.debug(msg, *args)
 
     def _stop_following(self, part: Partition) -> None:
         for fetcher in self.fetchers.values():

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from strom.storage.atomic import write_atomic
+from strom.storage.atomic import read_file, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +90,10 @@ class PartitionMetadataFile:
         )
 
     def read(self) -> uuid.UUID | None:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
+        data = read_file(self.path)
+        if data is None:
             return None
+        text = data.decode(errors="replace")  # a garbled file is reported below as malformed
         fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
         try:
             if fields.get("version") != "0":

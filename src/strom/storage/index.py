@@ -14,7 +14,9 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from strom.storage.atomic import write_atomic
+import crc32c
+
+from strom.storage.atomic import read_file, write_atomic
 
 _TIME_ENTRY = struct.Struct(">qi")
 _LITTLE = sys.byteorder == "little"
@@ -36,6 +38,10 @@ class _IndexFile:
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
+        # (length, CRC-32C) of what the file holds, as last read or written here (None: unknown):
+        # an index whose entries did not change is not written again (e.g. the offset index of a
+        # segment that grew less than index.interval.bytes since the start).
+        self._on_disk: tuple[int, int] | None = None
 
     def clear(self) -> None:
         raise NotImplementedError
@@ -43,17 +49,27 @@ class _IndexFile:
     def to_bytes(self) -> bytes:
         raise NotImplementedError
 
-    def write(self) -> None:
-        write_atomic(self.path, self.to_bytes(), fsync=False)
+    def write(self) -> bool:
+        """Write the file (atomically, no fsync) unless it holds these entries already; returns
+        whether it was written."""
+        data = self.to_bytes()
+        fingerprint = len(data), crc32c.crc32c(data)
+        if fingerprint == self._on_disk and self.path.exists():
+            return False
+        write_atomic(self.path, data, fsync=False)
+        self._on_disk = fingerprint
+        return True
+
+    def forget_file(self) -> None:
+        """The file was removed or replaced behind this object's back: write it next time."""
+        self._on_disk = None
 
     def _read_entries(self) -> bytes | None:
         """Clear, then the file's bytes; None if it is missing or not a whole number of entries."""
         self.clear()
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        return None if len(data) % self.ENTRY_SIZE else data
+        data = read_file(self.path)
+        self._on_disk = None if data is None else (len(data), crc32c.crc32c(data))
+        return None if data is None or len(data) % self.ENTRY_SIZE else data
 
 
 class OffsetIndex(_IndexFile):

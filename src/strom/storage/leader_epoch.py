@@ -14,7 +14,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
 
-from strom.storage.atomic import fsync_path, write_atomic
+from strom.storage.atomic import fsync_path, read_file, write_atomic
 from strom.storage.checkpoint import format_entries, parse_entries
 
 log = logging.getLogger(__name__)
@@ -37,13 +37,13 @@ class LeaderEpochFileCache:
         self._held: list[EpochEntry] | None = None  # entries as on disk while writes are held back
 
     def _read(self) -> list[EpochEntry]:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
+        data = read_file(self.path)
+        if data is None:
             return []
         try:
+            text = data.decode()
             entries = [EpochEntry(int(e), int(o)) for e, o in parse_entries(text, 2)]
-        except ValueError as exc:
+        except ValueError as exc:  # UnicodeDecodeError included
             log.warning("ignoring malformed %s: %s", self.path, exc)
             return []
         if any(b.epoch <= a.epoch or b.start_offset < a.start_offset for a, b in pairwise(entries)):

@@ -8,6 +8,7 @@ same time, so the segment list and flush bookkeeping are changed under a small l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -34,7 +35,7 @@ from strom.records.control import Marker, read_marker
 from strom.storage.atomic import fsync_dir, fsync_path
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
 from strom.storage.leader_epoch import LeaderEpochFileCache
-from strom.storage.producer_state import ProducerStateManager
+from strom.storage.producer_state import ProducerStateManager, list_snapshots
 from strom.storage.retention import deletable_segments
 from strom.storage.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, iter_headers
 from strom.storage.swap import (
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+_SWAP_LEFTOVERS = (CLEANED_SUFFIX, SWAP_SUFFIX)
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def _at_zero(header: BatchHeader) -> BatchHeader:
@@ -162,26 +165,30 @@ class PartitionLog:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         now_ms: Callable[[], int] = clock.now_ms,
+        exists: bool = False,
     ) -> PartitionLog:
         """Open (creating if needed) a partition directory and recover it.
 
         After a clean shutdown only index files and the active segment's tail are checked; after
         an unclean one every batch from the segment holding ``recovery_point`` on is re-validated
         and the log is cut at the first bad byte. On one broker the high watermark starts at the
-        log end offset.
+        log end offset. ``exists``: the directory is known to be there (a start lists it).
         """
-        directory.mkdir(parents=True, exist_ok=True)
+        if not exists:
+            directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, topic, partition, config, now_ms)
         plog._load(recovery_point, log_start_offset, clean_shutdown)
         return plog
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        names = self._scan_directory()
         with self.leader_epoch_cache.batched():  # one write at most, and none when nothing changed
-            self._load_segments(recovery_point, log_start_offset, clean_shutdown)
-        self._rebuild_producer_state()
+            self._load_segments(names, recovery_point, log_start_offset, clean_shutdown)
+        self._rebuild_producer_state(names)
 
-    def _load_segments(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        bases = self._scan_directory()
+    def _load_segments(self, names: list[str], recovery_point: int, log_start_offset: int,
+                       clean_shutdown: bool) -> None:
+        bases = sorted(int(m.group(1)) for name in names if (m := _SEGMENT_FILE.match(name)))
         interval = self.config.index_interval_bytes
         now = self._now_ms()
         if not bases:
@@ -189,6 +196,10 @@ class PartitionLog:
             self._dir_dirty = True
         else:
             self._set_segments([LogSegment.open(self.directory, b, interval, now) for b in bases])
+            present = set(names)
+            for seg in self._segments:
+                if seg.txn_index.path.name not in present:
+                    seg.txn_index.known_absent()
         if clean_shutdown:
             first_recovered = len(self._segments) - 1
         else:
@@ -220,22 +231,30 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
 
-    def _scan_directory(self) -> list[int]:
-        """Base offsets of the segments; removes temporary leftovers and orphan index files."""
-        complete_swaps(self.directory)  # a cleaning interrupted by a crash: finish or roll back
-        bases: list[int] = []
-        for path in self.directory.iterdir():
-            if path.name.endswith(_LEFTOVER_SUFFIXES):
-                path.unlink(missing_ok=True)
-            elif m := _SEGMENT_FILE.match(path.name):
-                bases.append(int(m.group(1)))
-        present = set(bases)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            for path in self.directory.glob("*" + suffix):
-                stem = path.name[: -len(suffix)]
-                if not stem.isdigit() or int(stem) not in present:
-                    path.unlink(missing_ok=True)
-        return sorted(bases)
+    def _scan_directory(self) -> list[str]:
+        """The directory's file names, after removing temporary leftovers and orphan index files.
+        One listing serves the whole load (a start opens thousands of these directories)."""
+        names = os.listdir(self.directory)
+        if any(name.endswith(_SWAP_LEFTOVERS) for name in names):
+            complete_swaps(self.directory)  # a cleaning interrupted by a crash: finish or roll back
+            names = os.listdir(self.directory)
+        present = {int(m.group(1)) for name in names if (m := _SEGMENT_FILE.match(name))}
+        kept = []
+        for name in names:
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.directory, name))
+                continue
+            for suffix in _INDEX_SUFFIXES:
+                if name.endswith(suffix):
+                    stem = name[: -len(suffix)]
+                    if not stem.isdigit() or int(stem) not in present:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(self.directory, name))
+                        break
+            else:
+                kept.append(name)
+        return kept
 
     def _recover_segments(self, first_recovered: int, *, full: bool) -> None:
         """Load or re-validate each segment; a segment cut short ends the log there."""
@@ -253,14 +272,10 @@ class PartitionLog:
             elif not seg.load_indexes():
                 log.info("%s: rebuilding the indexes of segment %d", self, seg.base_offset)
                 cut = seg.recover(on_batch=on_batch)
-            elif last:
-                loaded = seg.offset_index.to_bytes(), seg.max_timestamp, seg.offset_of_max_timestamp
-                cut = seg.recover(from_index_tail=True, on_batch=on_batch)
-                if not cut and loaded == (seg.offset_index.to_bytes(), seg.max_timestamp, seg.offset_of_max_timestamp):
-                    # The index files on disk are still right (the time index's final entry is the
-                    # max timestamp, as a seal writes it): a close need not write them again.
-                    seg.indexes_dirty = False
             else:
+                # Indexes that agree with the log (load_indexes walked the active segment's tail
+                # after its last entry to the end of the file): after a clean stop nothing is
+                # re-read, as in Kafka; the files on disk are right, a close need not write them.
                 recovered = False
             if cut:
                 log.warning("%s: cut %d invalid bytes at the end of segment %d", self, cut, seg.base_offset)
@@ -284,13 +299,13 @@ class PartitionLog:
         if header.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, names: list[str] | None = None) -> None:
         """Newest snapshot, then the batch headers after it (no records are decoded, except the one
         marker of each control batch). The aborted-transaction indexes are rebuilt over the same
         range: entries for markers at or after the snapshot are dropped and written again."""
         ps = self.producer_state
         start = max(
-            ps.load_latest_snapshot(self.log_start_offset, self.log_end_offset), self._segments[0].base_offset
+            ps.load_latest_snapshot(self.log_start_offset, self.log_end_offset, names), self._segments[0].base_offset
         )
         i = max(bisect_right(self._base_offsets, start) - 1, 0)
         for seg in self._segments[i:]:
@@ -307,7 +322,11 @@ class PartitionLog:
                         if header.is_control else None
                     self._track(seg, header, marker)
         ps.map_end_offset = self.log_end_offset
-        ps.truncate_head(self.log_start_offset)
+        if names is not None:  # the listing of the start, less what the load deleted
+            snapshots = {path.name for _, path in list_snapshots(self.directory, names)}
+            names = [name for name in snapshots if (self.directory / name).exists()] \
+                if len(snapshots) > 1 else list(snapshots)
+        ps.truncate_head(self.log_start_offset, names)
 
     # ---- the produce path ------------------------------------------------------------------
 
@@ -806,8 +825,7 @@ class PartitionLog:
         written = []
         for seg in self._segments:
             if seg.indexes_dirty:
-                seg.seal()
-                written += [seg.offset_index.path, seg.time_index.path]
+                written += seg.seal()
         self.producer_state.map_end_offset = self.log_end_offset
         snapshot = self.producer_state.take_snapshot(fsync=False, only_if_new=True)
         if snapshot is not None:

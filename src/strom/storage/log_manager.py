@@ -168,9 +168,9 @@ class LogManager:
             log.info("loading logs from %s (a new directory: no logs yet)", directory)
         else:
             log.info("loading logs from %s (%s shutdown)", directory, "clean" if clean else "unclean")
-        for child in sorted(directory.iterdir()):
-            if not child.is_dir():
-                continue
+        with os.scandir(directory) as it:  # the file type comes with the listing: no stat per entry
+            children = sorted(directory / entry.name for entry in it if entry.is_dir())
+        for child in children:
             if child.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(child, ignore_errors=True)
                 continue
@@ -194,6 +194,7 @@ class LogManager:
                 log_start_offset=log_starts.get(tp, 0),
                 clean_shutdown=clean,
                 now_ms=self._now_ms,
+                exists=True,
             )
             self._dir_of[tp] = index
             self._dir_counts[index] += 1

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import struct
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -22,7 +24,7 @@ import crc32c
 
 from strom.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from strom.records.control import Marker
-from strom.storage.atomic import write_atomic
+from strom.storage.atomic import read_file, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +117,15 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
-def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
-    """(offset, path) of every snapshot file, oldest first."""
+def list_snapshots(directory: Path, names: Iterable[str] | None = None) -> list[tuple[int, Path]]:
+    """(offset, path) of every snapshot file, oldest first; ``names``: the directory's listing
+    when the caller has it already."""
     found = []
-    for path in directory.glob("*" + SNAPSHOT_SUFFIX):
-        try:
-            found.append((int(path.name[: -len(SNAPSHOT_SUFFIX)]), path))
-        except ValueError:
-            continue
+    for name in os.listdir(directory) if names is None else names:
+        if name.endswith(SNAPSHOT_SUFFIX):
+            stem = name[: -len(SNAPSHOT_SUFFIX)]
+            if stem.isdigit():
+                found.append((int(stem), directory / name))
     return sorted(found)
 
 
@@ -202,13 +205,14 @@ class ProducerStateManager:
 
     # ---- log start moves, truncation -------------------------------------------------------
 
-    def truncate_head(self, log_start_offset: int) -> None:
-        """Forget producers whose every batch is below the new log start (Kafka does the same)."""
+    def truncate_head(self, log_start_offset: int, names: Iterable[str] | None = None) -> None:
+        """Forget producers whose every batch is below the new log start (Kafka does the same).
+        ``names``: the directory's listing, if known."""
         stale = [pid for pid, e in self.producers.items()
                  if e.batches and e.last_offset < log_start_offset and e.current_txn_first_offset < 0]
         for pid in stale:
             del self.producers[pid]
-        for offset, path in list_snapshots(self.directory)[:-1]:
+        for offset, path in list_snapshots(self.directory, names)[:-1]:
             if offset < log_start_offset:
                 path.unlink(missing_ok=True)
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
@@ -262,17 +266,21 @@ class ProducerStateManager:
         self.last_snapshot_offset = self.map_end_offset
         return path
 
-    def load_latest_snapshot(self, log_start_offset: int, log_end_offset: int) -> int:
+    def load_latest_snapshot(self, log_start_offset: int, log_end_offset: int,
+                             names: Iterable[str] | None = None) -> int:
         """Load the newest readable snapshot at or below the log end; returns its offset (the log is
         replayed from there, or from the log start if that is later). Snapshots past the log end
-        (data lost or truncated) are deleted."""
+        (data lost or truncated) are deleted. ``names``: the directory's listing, if known."""
         self.clear(log_start_offset)
-        for offset, path in reversed(list_snapshots(self.directory)):
+        for offset, path in reversed(list_snapshots(self.directory, names)):
             if offset > log_end_offset:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                self._read_snapshot(path.read_bytes())
+                data = read_file(path)
+                if data is None:
+                    raise FileNotFoundError(path)
+                self._read_snapshot(data)
             except (ValueError, struct.error, OSError) as exc:
                 log.warning("deleting unreadable producer snapshot %s: %s", path, exc)
                 path.unlink(missing_ok=True)

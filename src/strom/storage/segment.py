@@ -136,11 +136,12 @@ class LogSegment:
         for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 
-    def seal(self) -> None:
-        """The segment stops being active: record its max timestamp and write its indexes."""
+    def seal(self) -> list[Path]:
+        """The segment stops being active: record its max timestamp and write its indexes.
+        Returns the index files written (an index already on disk as it is is not)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.write_indexes()
+        return self.write_indexes()
 
     def index_files_current(self) -> bool:
         """The index files hold what a seal would write now (a recovery rebuilt the same entries):
@@ -152,11 +153,12 @@ class LogSegment:
         except FileNotFoundError:
             return False
 
-    def write_indexes(self) -> None:
+    def write_indexes(self) -> list[Path]:
+        written = []
         if self.indexes_dirty:
-            self.offset_index.write()
-            self.time_index.write()
+            written = [index.path for index in (self.offset_index, self.time_index) if index.write()]
             self.indexes_dirty = False
+        return written
 
     # ---- append ----------------------------------------------------------------------------
 
@@ -289,8 +291,9 @@ class LogSegment:
         self.offset_index.truncate_to_position(header.position)
         self.time_index.truncate_to_offset(header.base_offset)
         self.txn_index.truncate_to(header.base_offset)
-        for path in (self.offset_index.path, self.time_index.path):  # never leave a stale index on disk
-            path.unlink(missing_ok=True)
+        for index in (self.offset_index, self.time_index):  # never leave a stale index on disk
+            index.path.unlink(missing_ok=True)
+            index.forget_file()
         self.recover(from_index_tail=True, verify=False)
         return removed
 

@@ -14,6 +14,8 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
+from strom.storage.atomic import read_file
+
 TXN_INDEX_SUFFIX = ".txnindex"
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size  # 34
@@ -37,9 +39,8 @@ class TransactionIndex:
         if self._loaded:
             return
         self._loaded = True
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        data = read_file(self.path)
+        if data is None:
             return
         whole = len(data) - len(data) % ENTRY_SIZE  # a torn last entry is dropped (and rebuilt by recovery)
         for pos in range(0, whole, ENTRY_SIZE):
@@ -47,6 +48,10 @@ class TransactionIndex:
             if version != _VERSION:
                 break
             self.entries.append(AbortedTxn(*fields))
+
+    def known_absent(self) -> None:
+        """The file is known not to exist (a directory listing said so): nothing to read."""
+        self._loaded = True
 
     def append(self, txn: AbortedTxn) -> None:
         self._load()
