@@ -6,15 +6,15 @@ Brokers only (CLUSTER_ACTION)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.handlers.share_state_rpc import answer_partitions
 from strom.protocol.errors import ErrorCode as E
-from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.coordinator.share_runtime import ShareCoordinatorRuntime
 
 API_KEY = 83
 MIN_VERSION = 0
@@ -26,21 +26,8 @@ def _partition(partition: int, error: E) -> dict[str, Any]:
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coordinator = broker.share_coordinator
-    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
-
-    async def initialize(topic_id: Any, p: Any) -> dict[str, Any]:
-        if not allowed:
-            return _partition(p.partition, E.cluster_authorization_failed)
-        if topic_id is None:
-            return _partition(p.partition, E.invalid_request)
-        if coordinator is None:
-            return _partition(p.partition, E.coordinator_not_available)
+    async def initialize(coordinator: ShareCoordinatorRuntime, topic_id: Any, p: Any) -> dict[str, Any]:
         return _partition(p.partition, await coordinator.initialize_state(
             request.group_id, topic_id, p.partition, p.start_offset, p.state_epoch))
 
-    results = []
-    for t in request.topics:
-        partitions = await asyncio.gather(*(initialize(t.topic_id, p) for p in t.partitions))
-        results.append({"topic_id": t.topic_id, "partitions": list(partitions)})
-    return {"results": results}
+    return await answer_partitions(broker, ctx, request, initialize, _partition)

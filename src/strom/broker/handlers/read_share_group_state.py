@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.handlers.share_state_rpc import answer_partitions
 from strom.protocol.errors import ErrorCode as E
-from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.coordinator.share_runtime import ShareCoordinatorRuntime
 
 API_KEY = 84
 MIN_VERSION = 0
@@ -29,24 +30,10 @@ def _partition(partition: int, error: E, start_offset: int = -1, batches: Any = 
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coordinator = broker.share_coordinator
-    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
-    results = []
-    for t in request.topics:
-        partitions = []
-        for p in t.partitions:
-            if not allowed:
-                partitions.append(_partition(p.partition, E.cluster_authorization_failed))
-                continue
-            if coordinator is None or t.topic_id is None:
-                partitions.append(_partition(p.partition, E.coordinator_not_available if t.topic_id is not None
-                                             else E.invalid_request))
-                continue
-            error, state = await coordinator.read_state(request.group_id, t.topic_id, p.partition, p.leader_epoch)
-            if error is not E.none or state is None:
-                partitions.append(_partition(p.partition, error))
-            else:
-                partitions.append(_partition(p.partition, E.none, state.start_offset, state.batches,
-                                             state.state_epoch))
-        results.append({"topic_id": t.topic_id, "partitions": partitions})
-    return {"results": results}
+    async def read(coordinator: ShareCoordinatorRuntime, topic_id: Any, p: Any) -> dict[str, Any]:
+        error, state = await coordinator.read_state(request.group_id, topic_id, p.partition, p.leader_epoch)
+        if error is not E.none or state is None:
+            return _partition(p.partition, error)
+        return _partition(p.partition, E.none, state.start_offset, state.batches, state.state_epoch)
+
+    return await answer_partitions(broker, ctx, request, read, _partition)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.handlers.share_state_rpc import answer_partitions
 from strom.protocol.errors import ErrorCode as E
-from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.coordinator.share_runtime import ShareCoordinatorRuntime
 
 API_KEY = 87
 MIN_VERSION = 0
@@ -29,24 +30,11 @@ def _partition(partition: int, error: E, state_epoch: int = 0, leader_epoch: int
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coordinator = broker.share_coordinator
-    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
-    results = []
-    for t in request.topics:
-        partitions = []
-        for p in t.partitions:
-            if not allowed:
-                partitions.append(_partition(p.partition, E.cluster_authorization_failed))
-            elif t.topic_id is None:
-                partitions.append(_partition(p.partition, E.invalid_request))
-            elif coordinator is None:
-                partitions.append(_partition(p.partition, E.coordinator_not_available))
-            else:
-                error, summary = coordinator.read_summary(request.group_id, t.topic_id, p.partition)
-                if error is not E.none or summary is None:
-                    partitions.append(_partition(p.partition, error))
-                else:
-                    partitions.append(_partition(p.partition, E.none, summary.state_epoch, summary.leader_epoch,
-                                                 summary.start_offset, summary.delivery_complete_count))
-        results.append({"topic_id": t.topic_id, "partitions": partitions})
-    return {"results": results}
+    async def summary_of(coordinator: ShareCoordinatorRuntime, topic_id: Any, p: Any) -> dict[str, Any]:
+        error, summary = coordinator.read_summary(request.group_id, topic_id, p.partition)
+        if error is not E.none or summary is None:
+            return _partition(p.partition, error)
+        return _partition(p.partition, E.none, summary.state_epoch, summary.leader_epoch, summary.start_offset,
+                          summary.delivery_complete_count)
+
+    return await answer_partitions(broker, ctx, request, summary_of, _partition)

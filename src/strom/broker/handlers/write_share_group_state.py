@@ -7,16 +7,16 @@ which strom does not keep."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.handlers.share_state_rpc import answer_partitions
 from strom.coordinator.share_state_records import PersistedBatch
 from strom.protocol.errors import ErrorCode as E
-from strom.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from strom.broker.context import RequestContext
     from strom.broker.server import Broker
+    from strom.coordinator.share_runtime import ShareCoordinatorRuntime
 
 API_KEY = 85
 MIN_VERSION = 0
@@ -28,23 +28,10 @@ def _partition(partition: int, error: E) -> dict[str, Any]:
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    coordinator = broker.share_coordinator
-    allowed = broker.acls.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
-
-    async def write(topic_id: Any, p: Any) -> dict[str, Any]:
-        if not allowed:
-            return _partition(p.partition, E.cluster_authorization_failed)
-        if topic_id is None:
-            return _partition(p.partition, E.invalid_request)
-        if coordinator is None:
-            return _partition(p.partition, E.coordinator_not_available)
+    async def write(coordinator: ShareCoordinatorRuntime, topic_id: Any, p: Any) -> dict[str, Any]:
         batches = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                    for b in p.state_batches]
         return _partition(p.partition, await coordinator.write_state(
             request.group_id, topic_id, p.partition, p.leader_epoch, p.start_offset, batches, p.state_epoch))
 
-    results = []
-    for t in request.topics:
-        partitions = await asyncio.gather(*(write(t.topic_id, p) for p in t.partitions))
-        results.append({"topic_id": t.topic_id, "partitions": list(partitions)})
-    return {"results": results}
+    return await answer_partitions(broker, ctx, request, write, _partition)
