@@ -20,6 +20,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, text_encoding
 
+from strom.registry.formats.protobuf import default_json_name
+
 F = descriptor_pb2.FieldDescriptorProto
 _TYPES = {F.TYPE_DOUBLE: "double", F.TYPE_FLOAT: "float", F.TYPE_INT64: "int64", F.TYPE_UINT64: "uint64",
           F.TYPE_INT32: "int32", F.TYPE_FIXED64: "fixed64", F.TYPE_FIXED32: "fixed32", F.TYPE_BOOL: "bool",
@@ -43,18 +45,6 @@ def to_text(file: descriptor_pb2.FileDescriptorProto) -> str | None:
 
 def _quote(s: str) -> str:
     return '"' + text_encoding.CEscape(s, as_utf8=True) + '"'
-
-
-def _json_name(name: str) -> str:
-    out: list[str] = []
-    upper = False
-    for c in name:
-        if c == "_":
-            upper = True
-        else:
-            out.append(c.upper() if upper else c)
-            upper = False
-    return "".join(out)
 
 
 def _option_value(field: Any, value: Any) -> str:
@@ -203,7 +193,7 @@ class _File:
             elif field.type == F.TYPE_BYTES:
                 d = f'"{d}"'  # the descriptor holds bytes defaults C-escaped already
             opts.append(("default", d))
-        if field.HasField("json_name") and field.json_name != _json_name(field.name):
+        if field.HasField("json_name") and field.json_name != default_json_name(field.name):
             opts.append(("json_name", _quote(field.json_name)))
         if field.HasField("options"):
             opts += _options(field.options)

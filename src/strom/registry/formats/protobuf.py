@@ -112,7 +112,7 @@ def _compile_cached(text: str, deps: tuple[bytes, ...]) -> bytes:
     return _compile(text, [descriptor_pb2.FileDescriptorProto.FromString(d) for d in deps]).SerializeToString()
 
 
-def _default_json_name(name: str) -> str:
+def default_json_name(name: str) -> str:
     """protobuf's default json_name: underscores dropped, the letter after one upper-cased."""
     out: list[str] = []
     upper = False
@@ -127,7 +127,7 @@ def _default_json_name(name: str) -> str:
 
 def _normalize_fields(fields: Iterable[descriptor_pb2.FieldDescriptorProto]) -> None:
     for field in fields:
-        if field.HasField("json_name") and field.json_name == _default_json_name(field.name):
+        if field.HasField("json_name") and field.json_name == default_json_name(field.name):
             field.ClearField("json_name")
 
 
