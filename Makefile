@@ -53,7 +53,8 @@ zookeeper:
 # the .dsc (dpkg-source). Not Debian 12's 2.0.2: a consumer of that version could hang in close()
 # when the topic of a partition assigned to it had just been deleted (fixed in 2.1.0), which
 # 0098_consumer_txn does dozens of times. The library and its test-runner are built once under
-# .cache/librdkafka (a stamp marks a finished build; a failed one stops `make`).
+# .cache/librdkafka (a stamp marks a finished build; a failed one stops `make`). The fixes in
+# tests/librdkafka_patches are applied to the unpacked source first; a changed patch rebuilds.
 RDKAFKA_VERSION := 2.8.0
 RDKAFKA_DEBIAN := $(RDKAFKA_VERSION)-1
 RDKAFKA_DSC_SHA256 := 0e9f099090072fe33da42303e1878f7f4713f91b94aa6523a9d630fe67eb2b51
@@ -61,13 +62,14 @@ RDKAFKA_POOL := https://deb.debian.org/debian/pool/main/libr/librdkafka
 RDKAFKA_CACHE := .cache/librdkafka
 RDKAFKA_DIR := $(RDKAFKA_CACHE)/librdkafka-$(RDKAFKA_VERSION)
 RDKAFKA_STAMP := $(RDKAFKA_DIR)/.strom-built
+RDKAFKA_PATCHES := $(sort $(wildcard tests/librdkafka_patches/*.patch))
 
 librdkafka-tests: $(RDKAFKA_STAMP)
 
-$(RDKAFKA_STAMP):
+$(RDKAFKA_STAMP): $(RDKAFKA_PATCHES)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	missing=; \
-	for p in curl dpkg-dev g++ make zlib1g-dev libzstd-dev rapidjson-dev; do \
+	for p in curl dpkg-dev patch g++ make zlib1g-dev libzstd-dev rapidjson-dev; do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	[ -z "$$missing" ] || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends $$missing; }
@@ -82,6 +84,7 @@ $(RDKAFKA_STAMP):
 	cd $(RDKAFKA_CACHE) && dpkg-source -q -x librdkafka_$(RDKAFKA_DEBIAN).dsc librdkafka-$(RDKAFKA_VERSION) \
 	  >dpkg-source.log 2>&1 || { cat dpkg-source.log >&2; exit 1; }
 	test -x $(RDKAFKA_DIR)/configure || { echo "dpkg-source did not unpack librdkafka $(RDKAFKA_VERSION)" >&2; exit 1; }
+	for f in $(RDKAFKA_PATCHES); do patch -s -p1 -d $(RDKAFKA_DIR) < $$f || exit 1; done
 	@echo "building librdkafka $(RDKAFKA_VERSION) and its test-runner in $(RDKAFKA_DIR) (log: $(RDKAFKA_CACHE)/build.log)"
 	cd $(RDKAFKA_DIR) && { \
 	  ./configure --no-download --disable-ssl --disable-gssapi --disable-curl --enable-zstd \
