@@ -170,18 +170,25 @@ def test_producer_state_survives_restart(broker, how: str) -> None:
 
 
 def test_log_files_are_kafka_format(broker) -> None:
-    """The .log files hold the batches exactly as served (offsets assigned), readable without the broker."""
+    """The .log files hold the batches exactly as served (offsets assigned), readable without the broker;
+    the index files hold whole 8- and 12-byte entries. A segment with no offset index entry (less than
+    index.interval.bytes of batches after its first) has no index files: a start reads its headers."""
     bs = broker.bootstrap
-    create_topics(bs, {"format": 1})
-    confluent_produce(bs, "format", [{"key": b"k", "value": f"v{i}".encode()} for i in range(20)])
+    create_topics(bs, {"format": 1}, configs={"index.interval.bytes": "64"})
+    create_topics(bs, {"small": 1})
+    confluent_produce(bs, "format", [{"key": b"k", "value": f"v{i}".encode()} for i in range(20)],
+                      config={"batch.num.messages": 1})  # a batch per record: index entries
+    confluent_produce(bs, "small", [{"key": b"k", "value": b"one"}])
     with RawConnection(bs) as raw:
         served = bytes(raw.fetch("format", 0, 0).records or b"")
     assert broker.stop() == 0
     seg = broker.data_dir / "format-0" / ("0" * 20 + ".log")
     assert seg.read_bytes() == served
     assert [r.value for r in codec.read_all(seg.read_bytes())] == [f"v{i}".encode() for i in range(20)]
-    assert (broker.data_dir / "format-0" / ("0" * 20 + ".index")).exists()
-    assert (broker.data_dir / "format-0" / ("0" * 20 + ".timeindex")).exists()
+    index_size = (broker.data_dir / "format-0" / ("0" * 20 + ".index")).stat().st_size
+    time_index_size = (broker.data_dir / "format-0" / ("0" * 20 + ".timeindex")).stat().st_size
+    assert index_size and index_size % 8 == 0 and time_index_size and time_index_size % 12 == 0
+    assert sorted(p.suffix for p in (broker.data_dir / "small-0").glob("0*")) == [".log"]
     assert (broker.data_dir / "format-0" / "partition.metadata").exists()
     assert (broker.data_dir / "meta.properties").exists()
     validate_log_dir(broker.data_dir)

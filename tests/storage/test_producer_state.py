@@ -71,16 +71,38 @@ def test_sequence_wraps_around() -> None:
 
 
 def test_state_survives_clean_restart(tmp_path: Path) -> None:
+    """Rolls every 400 bytes wrote snapshots; the few batches after the last one are replayed at
+    the start rather than snapshotted at the close (less than index.interval.bytes)."""
     log = open_log(tmp_path)
     for seq in range(0, 30, 3):
         append(log, pbatch(seq, 3))
     log.flush()
     log.close()
-    assert list_snapshots(tmp_path)[-1][0] == 30
+    assert 0 < list_snapshots(tmp_path)[-1][0] < 30
     again = open_log(tmp_path, recovery_point=30, clean_shutdown=True)
     r = again.producer_state.check(read_header(pbatch(27, 3)))
     assert (r.status, r.first_offset) == (DUP, 27)
     assert check(again, pbatch(30)) is OK
+
+
+def test_close_writes_a_snapshot_when_the_replay_would_read_more_than_an_index_interval(tmp_path: Path) -> None:
+    config = LogConfig(index_interval_bytes=256)
+    log = PartitionLog.open(tmp_path, "t", 0, config)
+    append(log, pbatch(0, 3))  # under 256 bytes after no snapshot at all
+    log.flush()
+    log.close()
+    assert list_snapshots(tmp_path) == []
+    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=3, clean_shutdown=True)
+    assert check(again, pbatch(0, 3)) is DUP  # the start replayed the batch
+    for seq in range(3, 30, 3):
+        append(again, pbatch(seq, 3))
+    again.flush()
+    again.close()
+    assert [offset for offset, _ in list_snapshots(tmp_path)] == [30]
+    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=30, clean_shutdown=True)
+    assert check(third, pbatch(27, 3)) is DUP and check(third, pbatch(30)) is OK
+    third.close()
+    assert [offset for offset, _ in list_snapshots(tmp_path)] == [30]  # nothing after it: not again
 
 
 def test_state_rebuilt_from_the_log_after_a_crash(tmp_path: Path) -> None:

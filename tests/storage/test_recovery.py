@@ -248,9 +248,39 @@ def test_empty_index_files_are_not_trusted(tmp_path: Path, which: str) -> None:
 
 
 def test_clean_close_rewrites_only_the_index_files_that_changed(tmp_path: Path) -> None:
-    """After a clean start, a record smaller than index.interval.bytes changes the time index (its
-    final entry) but not the offset index: a close writes the one, keeps the other (same inode),
-    and the next clean start trusts both and serves every record."""
+    """After a clean start, a small batch changes the time index (its final entry) but not the
+    offset index: a close appends the entry to the one in place, leaves the other alone, and the
+    next clean start trusts both and serves every record."""
+    config = LogConfig(index_interval_bytes=300)
+    log = PartitionLog.open(tmp_path, "t", 0, config)
+    append(log, batch(2, ts=1000, value=b"v" * 200))
+    append(log, batch(1, ts=1500, value=b"v" * 200))  # past index.interval.bytes: an entry
+    assert len(log.segments()[-1].offset_index) == 1
+    log.flush()
+    log.close()
+    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=3, clean_shutdown=True)
+    seg = again.segments()[-1]
+    index_inode = os.stat(seg.offset_index.path).st_ino
+    time_inode = os.stat(seg.time_index.path).st_ino
+    index_mtime = os.stat(seg.offset_index.path).st_mtime_ns
+    assert os.path.getsize(seg.time_index.path) == 12
+    append(again, batch(1, ts=2000))
+    again.flush()
+    again.close()
+    assert os.stat(seg.offset_index.path).st_ino == index_inode  # not written again
+    assert os.stat(seg.offset_index.path).st_mtime_ns == index_mtime
+    # Its final entry is the new max, appended in place (the same file, one 12-byte entry more).
+    assert os.stat(seg.time_index.path).st_ino == time_inode
+    assert os.path.getsize(seg.time_index.path) == 24
+    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=4, clean_shutdown=True)
+    assert not third.segments()[-1].indexes_dirty  # the files agreed with the log
+    assert third.log_end_offset == 4 and len(values(third)) == 4
+    assert third.offset_for_timestamp(1800) == (3, 2000)
+
+
+def test_a_segment_under_one_index_interval_gets_no_index_files(tmp_path: Path) -> None:
+    """Its time index could hold only the max timestamp, which a start reads from the headers
+    (all of them: there is no offset index entry to start after)."""
     config = LogConfig(index_interval_bytes=4096)
     log = PartitionLog.open(tmp_path, "t", 0, config)
     append(log, batch(2, ts=1000))
@@ -258,14 +288,57 @@ def test_clean_close_rewrites_only_the_index_files_that_changed(tmp_path: Path) 
     log.close()
     again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=2, clean_shutdown=True)
     seg = again.segments()[-1]
-    index_inode = os.stat(seg.offset_index.path).st_ino
-    time_inode = os.stat(seg.time_index.path).st_ino
-    append(again, batch(1, ts=2000))
+    assert not seg.offset_index.path.exists() and not seg.time_index.path.exists()
+    assert (seg.max_timestamp, seg.offset_of_max_timestamp) == (1000, 1)
+    assert not seg.indexes_dirty
+    append(again, batch(1, ts=3000), batch(1, ts=2000))
     again.flush()
     again.close()
-    assert os.stat(seg.offset_index.path).st_ino == index_inode  # not written again
-    assert os.stat(seg.time_index.path).st_ino != time_inode  # its final entry is the new max
-    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=3, clean_shutdown=True)
-    assert not third.segments()[-1].indexes_dirty  # the files agreed with the log
-    assert third.log_end_offset == 3 and len(values(third)) == 3
-    assert third.offset_for_timestamp(1500) is not None
+    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=4, clean_shutdown=True)
+    seg = third.segments()[-1]
+    assert not seg.offset_index.path.exists() and not seg.time_index.path.exists()
+    assert (seg.max_timestamp, seg.offset_of_max_timestamp) == (3000, 2)
+    assert third.offset_for_timestamp(2500) == (2, 3000)
+    assert third.log_end_offset == 4 and len(values(third)) == 4
+    # A time index entry newer than every batch is not this segment's: rebuilt from the log.
+    seg.time_index.path.write_bytes(struct.pack(">qi", 9000, 0))
+    third.close()
+    fourth = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=4, clean_shutdown=True)
+    assert fourth.segments()[-1].max_timestamp == 3000
+
+
+
+@pytest.mark.parametrize("loss", ["time index entry", "time index file", "offset index file", "snapshot"])
+def test_clean_start_checks_what_the_close_did_not_fsync(tmp_path: Path, loss: str) -> None:
+    """A clean close fsyncs the log but not the index files it only extended or made, and skips
+    a snapshot the start can replay without: what a power cut can still take from them after the
+    clean shutdown marker is durable is found by the start's checks (or replayed) and rebuilt."""
+    config = LogConfig(index_interval_bytes=300)
+    log = PartitionLog.open(tmp_path, "t", 0, config)
+    append(log, batch(2, ts=1000, value=b"v" * 200, producer_id=7, producer_epoch=0, base_sequence=0))
+    log.flush()
+    log.close()
+    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=2, clean_shutdown=True)
+    seg = again.segments()[-1]
+    append(again, batch(1, ts=5000, value=b"v" * 200, producer_id=7, producer_epoch=0, base_sequence=2))
+    append(again, batch(1, ts=9000, producer_id=7, producer_epoch=0, base_sequence=3))
+    assert len(seg.offset_index) == 1 and seg.time_index.last_entry() == (5000, 2)
+    again.flush()
+    again.close()
+    assert os.path.getsize(seg.time_index.path) == 24  # (5000, 2) and the final (9000, 3)
+    if loss == "time index entry":  # the final entry appended in place never reached the disk
+        os.truncate(seg.time_index.path, 12)
+    elif loss == "time index file":
+        seg.time_index.path.unlink()
+    elif loss == "offset index file":
+        seg.offset_index.path.write_bytes(b"\0" * 8)  # a page of zeros where the entry should be
+    else:
+        for snapshot in tmp_path.glob("*.snapshot"):
+            snapshot.unlink()
+    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=4, clean_shutdown=True)
+    active = third.segments()[-1]
+    assert (active.max_timestamp, active.offset_of_max_timestamp) == (9000, 3)
+    assert third.offset_for_timestamp(6000) == (3, 9000)
+    assert third.log_end_offset == 4 and len(values(third)) == 4
+    header = iter_batches(batch(1, producer_id=7, producer_epoch=0, base_sequence=3))[0]
+    assert third.producer_state.check(header).first_offset == 3  # a duplicate of offset 3

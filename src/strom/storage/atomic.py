@@ -11,6 +11,17 @@ import sys
 from pathlib import Path
 
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+_fdatasync = getattr(os, "fdatasync", None)  # not on macOS
+
+
+def sync_data(fd: int) -> None:
+    """Make a file's data durable: fdatasync(2) where there is one, else fsync. It writes the data
+    and the metadata needed to read it back (the size of a file that grew), but not a new
+    modification time: one journal write less per file than fsync, for the same data on disk."""
+    if _fdatasync is not None:
+        _fdatasync(fd)
+    else:
+        os.fsync(fd)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -44,13 +55,14 @@ def sync_filesystem(directory: Path) -> bool:
 
 
 def fsync_path(path: Path) -> None:
-    """fsync a file by name; a file deleted meanwhile has nothing left to make durable."""
+    """Make a file's data durable by name (``sync_data``); a file deleted meanwhile has nothing
+    left to make durable."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return
     try:
-        os.fsync(fd)
+        sync_data(fd)
     finally:
         os.close(fd)
 
@@ -95,7 +107,7 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True, fsync_directory
         while view:
             view = view[os.write(fd, view) :]
         if fsync:
-            os.fsync(fd)
+            sync_data(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

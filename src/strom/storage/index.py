@@ -2,12 +2,15 @@
 
 File formats are Kafka's: ``.index`` holds 8-byte entries (4-byte offset relative to the segment
 base, 4-byte file position), ``.timeindex`` 12-byte entries (8-byte timestamp, 4-byte relative
-offset), all big-endian. The files are written whole when a segment is sealed or closed; a file
-that fails ``sanity_check`` is rebuilt from the log.
+offset), all big-endian. The files are written when a segment is sealed or closed: new entries
+appended in place, a file made whole, or replaced atomically when entries were cut; a file that
+fails the load's checks is rebuilt from the log.
 """
 
 from __future__ import annotations
 
+import enum
+import os
 import struct
 import sys
 from array import array
@@ -30,6 +33,24 @@ def _int32_array(data: bytes) -> array[int]:
     return a
 
 
+class IndexWrite(enum.Enum):
+    """What ``write`` did to an index file. An EXTENDED file (entries appended in place, or a
+    file made new) needs no fsync before a clean shutdown marker: a start checks the active
+    segment's indexes against the log (``LogSegment.load_indexes``) and rebuilds one that lacks
+    entries. A REPLACED file can have lost entries the old one had, so it is fsynced, and its
+    directory, like any atomic write."""
+
+    UNCHANGED = 0
+    EXTENDED = 1
+    REPLACED = 2
+
+
+def _write_all(fd: int, data: memoryview, position: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, position)
+        data, position = data[n:], position + n
+
+
 class _IndexFile:
     """What both index kinds share: the file, fixed-size entries, whole-file writes and reads."""
 
@@ -49,16 +70,59 @@ class _IndexFile:
     def to_bytes(self) -> bytes:
         raise NotImplementedError
 
-    def write(self) -> bool:
-        """Write the file (atomically, no fsync) unless it holds these entries already; returns
-        whether it was written."""
+    def write(self) -> IndexWrite:
+        """Write the file (no fsync) unless it holds these entries already. Entries only added
+        since the file was read or written are appended in place, and a missing file is made
+        with them; anything else (entries cut) replaces the file atomically."""
         data = self.to_bytes()
         fingerprint = len(data), crc32c.crc32c(data)
-        if fingerprint == self._on_disk and self.path.exists():
-            return False
-        write_atomic(self.path, data, fsync=False)
+        on_disk = self._on_disk
+        if fingerprint == on_disk and self.path.exists():
+            return IndexWrite.UNCHANGED
+        extended = (on_disk is not None and on_disk[0] < len(data)
+                    and crc32c.crc32c(memoryview(data)[: on_disk[0]]) == on_disk[1]
+                    and self._extend(data, on_disk[0]))
+        if extended or self._make(data):
+            kind = IndexWrite.EXTENDED
+        else:
+            write_atomic(self.path, data, fsync=False)
+            kind = IndexWrite.REPLACED
         self._on_disk = fingerprint
+        return kind
+
+    def _extend(self, data: bytes, length: int) -> bool:
+        """Append ``data[length:]`` to a file that holds ``data[:length]``; False if it does not."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            if os.fstat(fd).st_size != length:
+                return False
+            _write_all(fd, memoryview(data)[length:], length)
+        finally:
+            os.close(fd)
         return True
+
+    def _make(self, data: bytes) -> bool:
+        """Create the file with ``data``; False if it exists."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            _write_all(fd, memoryview(data), 0)
+        except OSError:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return True
+
+    @property
+    def missing(self) -> bool:
+        """The file was not there when last read (or was forgotten): nothing known on disk."""
+        return self._on_disk is None
 
     def forget_file(self) -> None:
         """The file was removed or replaced behind this object's back: write it next time."""

@@ -32,7 +32,7 @@ from strom.records.batch import (
 )
 from strom.records.codec import iter_timestamps, max_inflated_size
 from strom.records.control import Marker, read_marker
-from strom.storage.atomic import fsync_dir, fsync_path
+from strom.storage.atomic import fsync_dir, fsync_path, sync_data
 from strom.storage.errors import CorruptIndex, OffsetOutOfRange
 from strom.storage.leader_epoch import LeaderEpochFileCache
 from strom.storage.producer_state import ProducerStateManager, list_snapshots
@@ -134,6 +134,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._truncations = 0
         self._closed = False
+        # Log bytes after the newest producer snapshot: what a start replays to rebuild producer
+        # state from that snapshot. A clean close writes no new snapshot while this is small.
+        self._bytes_after_snapshot = 0
         # In a cluster the high watermark is what the whole ISR has, set by replication; on one
         # broker every append is committed at once.
         self.replicated = False
@@ -269,7 +272,7 @@ class PartitionLog:
                 cut = seg.recover(on_batch=on_batch)
                 if not cut and seg.index_files_current():
                     seg.indexes_dirty = False  # the same entries as on disk: nothing to write
-            elif not seg.load_indexes():
+            elif not seg.load_indexes(verify_tail=last):
                 log.info("%s: rebuilding the indexes of segment %d", self, seg.base_offset)
                 cut = seg.recover(on_batch=on_batch)
             else:
@@ -308,6 +311,7 @@ class PartitionLog:
             ps.load_latest_snapshot(self.log_start_offset, self.log_end_offset, names), self._segments[0].base_offset
         )
         i = max(bisect_right(self._base_offsets, start) - 1, 0)
+        self._bytes_after_snapshot = 0
         for seg in self._segments[i:]:
             seg.txn_index.truncate_to(start)
             position = 0
@@ -316,6 +320,7 @@ class PartitionLog:
                 if first is None:
                     continue
                 position = first.position
+            self._bytes_after_snapshot += seg.size - position
             for header in iter_headers(seg.fd, position, seg.size):
                 if header.producer_id != NO_PRODUCER_ID and header.next_offset > start:
                     marker = read_marker(seg.read(header.position, header.size), _at_zero(header)) \
@@ -387,6 +392,7 @@ class PartitionLog:
         end = lasts[-1] + 1
         segment = self._maybe_roll(len(buf), max_timestamp, lasts[-1])
         base_position = segment.write(buf)
+        self._bytes_after_snapshot += len(buf)
         for h, last in zip(headers, lasts, strict=True):
             segment.index_batch(
                 base_position + h.position, last, log_append_time if log_append_time >= 0 else h.max_timestamp
@@ -461,6 +467,7 @@ class PartitionLog:
         old.seal()
         snapshot = self.producer_state.take_snapshot(fsync=False)
         assert snapshot is not None
+        self._bytes_after_snapshot = 0
         new = LogSegment.create(
             self.directory, self.log_end_offset, self.config.index_interval_bytes, self._now_ms()
         )
@@ -506,7 +513,7 @@ class PartitionLog:
             fds = [os.dup(s.fd) for s in segments if s.fd >= 0]
         try:
             for fd in fds:
-                os.fsync(fd)
+                sync_data(fd)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -816,28 +823,36 @@ class PartitionLog:
     # ---- closing ---------------------------------------------------------------------------
 
     def close(self, *, fsync: bool = True) -> bool:
-        """Clean close: final index entries and files, a producer snapshot at the log end (unless
-        one is there already), then the handles; a log unchanged since it was loaded writes nothing.
-        Call ``flush`` first for the data itself to be durable. ``fsync=False``: nothing is fsynced,
-        the caller makes it durable. Returns whether files were written."""
+        """Clean close: final index entries, a producer snapshot at the log end, then the handles;
+        a log unchanged since it was loaded writes nothing. Call ``flush`` first for the data itself
+        to be durable. ``fsync=False``: nothing is fsynced, the caller makes it durable. Returns
+        whether files had to be fsynced.
+
+        What is fsynced is what the next start trusts without checking. Index files only extended
+        or made need no fsync (IndexWrite). Kafka writes a snapshot at every close so that a start
+        need not scan the log; with no more than index.interval.bytes after the newest snapshot
+        the start's replay reads no more than its index check of the active segment does, so that
+        snapshot is not written (producer state is the snapshot's plus the batches after it)."""
         if self._closed:
             return False
-        written = []
+        must_sync: list[Path] = []
         for seg in self._segments:
             if seg.indexes_dirty:
-                written += seg.seal()
+                must_sync += seg.seal()
         self.producer_state.map_end_offset = self.log_end_offset
-        snapshot = self.producer_state.take_snapshot(fsync=False, only_if_new=True)
-        if snapshot is not None:
-            written.append(snapshot)
+        if self._bytes_after_snapshot > self.config.index_interval_bytes:
+            snapshot = self.producer_state.take_snapshot(fsync=False, only_if_new=True)
+            self._bytes_after_snapshot = 0
+            if snapshot is not None:
+                must_sync.append(snapshot)
         if fsync:
             self.leader_epoch_cache.flush()
-            for path in written:
+            for path in must_sync:
                 fsync_path(path)
-            if written:
+            if must_sync:
                 fsync_dir(self.directory)
         self.close_handlers()
-        return bool(written)
+        return bool(must_sync)
 
     @property
     def unflushed(self) -> bool:

@@ -11,7 +11,7 @@ import crc32c
 
 from strom.records.batch import ATTRIBUTES, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from strom.storage.errors import CorruptIndex
-from strom.storage.index import OffsetIndex, TimeIndex
+from strom.storage.index import IndexWrite, OffsetIndex, TimeIndex
 from strom.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
@@ -138,7 +138,7 @@ class LogSegment:
 
     def seal(self) -> list[Path]:
         """The segment stops being active: record its max timestamp and write its indexes.
-        Returns the index files written (an index already on disk as it is is not)."""
+        Returns the index files replaced (``write_indexes``)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         return self.write_indexes()
@@ -154,11 +154,19 @@ class LogSegment:
             return False
 
     def write_indexes(self) -> list[Path]:
-        written = []
+        """Write the index files that changed; returns those replaced, which need an fsync and
+        a directory fsync to be durable (files only extended or made need neither: IndexWrite).
+        A segment with no offset index entry (less than index.interval.bytes of batches after its
+        first) gets no index files: its time index could only hold the max timestamp, which a
+        start learns from the batch headers it reads anyway (``load_indexes``). Making two files
+        per partition was most of a clean stop's time with thousands of small partitions."""
+        replaced = []
         if self.indexes_dirty:
-            written = [index.path for index in (self.offset_index, self.time_index) if index.write()]
+            if len(self.offset_index) or self.offset_index.path.exists() or self.time_index.path.exists():
+                replaced = [index.path for index in (self.offset_index, self.time_index)
+                            if index.write() is IndexWrite.REPLACED]
             self.indexes_dirty = False
-        return written
+        return replaced
 
     # ---- append ----------------------------------------------------------------------------
 
@@ -199,29 +207,49 @@ class LogSegment:
 
     # ---- loading and recovery --------------------------------------------------------------
 
-    def load_indexes(self) -> bool:
+    def load_indexes(self, *, verify_tail: bool = False) -> bool:
         """Trust the index files only if they agree with the log where that is cheap to see:
         the batches after the last offset index entry (about index.interval.bytes of headers)
         must end exactly at the end of the file, none of them may lie where the index rule would
         have made an entry, and none may be newer than the time index's last (final) entry.
+        Missing files are empty indexes: right only for a segment whose headers are all read
+        here (no offset entry), whose max timestamp is then taken from those headers.
+        ``verify_tail``: those batches' CRCs are checked too (the active segment's, at every
+        start: bytes can be appended or damaged while the broker is down).
         False means: rebuild with ``recover``."""
-        if not (self.offset_index.load(self.size) and self.time_index.load()):
+        offset_index, time_index = self.offset_index, self.time_index
+        if not ((offset_index.load(self.size) or offset_index.missing) and (time_index.load() or time_index.missing)):
             return False
-        start = self.offset_index.last_position
-        indexed_last = self.base_offset + self.offset_index.relative_offsets[-1] if start else -1
-        max_timestamp, _ = self.time_index.last_entry()
+        start = offset_index.last_position
+        if start and time_index.missing:
+            return False
+        indexed_last = self.base_offset + offset_index.relative_offsets[-1] if start else -1
+        indexed_max = time_index.last_entry()
+        tail_max = (-1, self.base_offset)
         end, next_offset = start, self.base_offset
         chunk = 2 * self.index_interval_bytes + HEADER_SIZE
-        for header in iter_headers(self.fd, start, self.size, chunk=chunk):
+        for header in iter_headers(self.fd, start, self.size, chunk=chunk, verify=verify_tail):
             if header.position == start and start and header.last_offset != indexed_last:
                 return False  # the entry does not point at the batch it names
-            if header.position - start > self.index_interval_bytes or header.max_timestamp > max_timestamp:
-                return False  # an entry is missing from one of the indexes
+            if header.position - start > self.index_interval_bytes:
+                return False  # an offset index entry is missing
+            if header.max_timestamp > tail_max[0]:
+                tail_max = (header.max_timestamp, header.last_offset)
             end, next_offset = header.position + header.size, header.next_offset
         if end != self.size:
             return False
+        if start:
+            # The batches before the last entry were not read: the time index must hold their
+            # max, and a newer one after it means its final entry is missing.
+            if tail_max[0] > indexed_max[0]:
+                return False
+            self.max_timestamp, self.offset_of_max_timestamp = indexed_max
+        else:
+            # Every batch was read: the max is theirs (a close need not have written it).
+            if indexed_max[0] > tail_max[0]:
+                return False  # an entry newer than every batch is not this log's
+            self.max_timestamp, self.offset_of_max_timestamp = tail_max
         self.next_offset = next_offset
-        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self.last_index_position = start
         self.indexes_dirty = False
         return True
