@@ -33,6 +33,13 @@ def reopen(path: Path, recovery_point: int = 0, clean: bool = False) -> Partitio
     return PartitionLog.open(path, "t", 0, CONFIG, recovery_point=recovery_point, clean_shutdown=clean)
 
 
+def clean_restart(log: PartitionLog, path: Path, config: LogConfig) -> PartitionLog:
+    """Flush and close ``log`` as a clean stop does, then open it as the next clean start."""
+    log.flush()
+    log.close()
+    return PartitionLog.open(path, "t", 0, config, recovery_point=log.log_end_offset, clean_shutdown=True)
+
+
 def active_file(log: PartitionLog) -> Path:
     return log.segments()[-1].log_path
 
@@ -256,23 +263,19 @@ def test_clean_close_rewrites_only_the_index_files_that_changed(tmp_path: Path) 
     append(log, batch(2, ts=1000, value=b"v" * 200))
     append(log, batch(1, ts=1500, value=b"v" * 200))  # past index.interval.bytes: an entry
     assert len(log.segments()[-1].offset_index) == 1
-    log.flush()
-    log.close()
-    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=3, clean_shutdown=True)
+    again = clean_restart(log, tmp_path, config)
     seg = again.segments()[-1]
     index_inode = os.stat(seg.offset_index.path).st_ino
     time_inode = os.stat(seg.time_index.path).st_ino
     index_mtime = os.stat(seg.offset_index.path).st_mtime_ns
     assert os.path.getsize(seg.time_index.path) == 12
     append(again, batch(1, ts=2000))
-    again.flush()
-    again.close()
+    third = clean_restart(again, tmp_path, config)
     assert os.stat(seg.offset_index.path).st_ino == index_inode  # not written again
     assert os.stat(seg.offset_index.path).st_mtime_ns == index_mtime
     # Its final entry is the new max, appended in place (the same file, one 12-byte entry more).
     assert os.stat(seg.time_index.path).st_ino == time_inode
     assert os.path.getsize(seg.time_index.path) == 24
-    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=4, clean_shutdown=True)
     assert not third.segments()[-1].indexes_dirty  # the files agreed with the log
     assert third.log_end_offset == 4 and len(values(third)) == 4
     assert third.offset_for_timestamp(1800) == (3, 2000)
@@ -284,17 +287,13 @@ def test_a_segment_under_one_index_interval_gets_no_index_files(tmp_path: Path) 
     config = LogConfig(index_interval_bytes=4096)
     log = PartitionLog.open(tmp_path, "t", 0, config)
     append(log, batch(2, ts=1000))
-    log.flush()
-    log.close()
-    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=2, clean_shutdown=True)
+    again = clean_restart(log, tmp_path, config)
     seg = again.segments()[-1]
     assert not seg.offset_index.path.exists() and not seg.time_index.path.exists()
     assert (seg.max_timestamp, seg.offset_of_max_timestamp) == (1000, 1)
     assert not seg.indexes_dirty
     append(again, batch(1, ts=3000), batch(1, ts=2000))
-    again.flush()
-    again.close()
-    third = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=4, clean_shutdown=True)
+    third = clean_restart(again, tmp_path, config)
     seg = third.segments()[-1]
     assert not seg.offset_index.path.exists() and not seg.time_index.path.exists()
     assert (seg.max_timestamp, seg.offset_of_max_timestamp) == (3000, 2)
@@ -316,9 +315,7 @@ def test_clean_start_checks_what_the_close_did_not_fsync(tmp_path: Path, loss: s
     config = LogConfig(index_interval_bytes=300)
     log = PartitionLog.open(tmp_path, "t", 0, config)
     append(log, batch(2, ts=1000, value=b"v" * 200, producer_id=7, producer_epoch=0, base_sequence=0))
-    log.flush()
-    log.close()
-    again = PartitionLog.open(tmp_path, "t", 0, config, recovery_point=2, clean_shutdown=True)
+    again = clean_restart(log, tmp_path, config)
     seg = again.segments()[-1]
     append(again, batch(1, ts=5000, value=b"v" * 200, producer_id=7, producer_epoch=0, base_sequence=2))
     append(again, batch(1, ts=9000, producer_id=7, producer_epoch=0, base_sequence=3))
