@@ -389,15 +389,18 @@ def metadata_all(bootstrap: str, topic: str, partitions: int) -> float:
 
 
 def create_once(src: Path, partitions: int, extra: list[str], profile: Path | None) -> dict[str, float]:
+    """Beyond MAX_PER_TOPIC partitions, several topics (``topics_of``): each figure is their sum."""
+    topics = topics_of(partitions)
+    r: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="strom-scale-") as tmp:
         broker = BrokerProcess(src, Path(tmp) / "logs", extra, profile)
         broker.start("create")
         try:
             rss0 = broker.rss()
-            r = {"create_s": create_topic(broker.bootstrap, "scale", partitions)}
-            r["metadata_s"] = metadata_all(broker.bootstrap, "scale", partitions)
-            r["produce_s"] = produce_one_each(broker.bootstrap, "scale", range(partitions), b"x")
-            r["read_s"] = read_all(broker.bootstrap, "scale", partitions, partitions)
+            r["create_s"] = sum(create_topic(broker.bootstrap, t, n) for t, n in topics)
+            r["metadata_s"] = sum(metadata_all(broker.bootstrap, t, n) for t, n in topics)
+            r["produce_s"] = sum(produce_one_each(broker.bootstrap, t, range(n), b"x") for t, n in topics)
+            r["read_s"] = sum(read_all(broker.bootstrap, t, n, n) for t, n in topics)
             broker.rss()
             r["rss_start_mb"] = rss0 / 2**20
             r["rss_peak_mb"] = broker.hwm() / 2**20
