@@ -58,7 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # compare.py's helpers
 
-from compare import bench_command, cpu_seconds, fmt, free_port, log, machine  # noqa: E402
+from compare import bench_command, cpu_seconds, fmt, free_port, log, machine, proc_status_bytes  # noqa: E402
 
 from strom.bench.stats import percentile  # noqa: E402
 from strom.devcluster import BROKER_READY_MARK, ZooKeeperServer  # noqa: E402
@@ -869,13 +869,8 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05
 
 def proc_status_mb(pid: int, key: str) -> float | None:
     """VmRSS or VmHWM (peak RSS) of a process from /proc, in MB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    value = proc_status_bytes(pid, key)
+    return None if value is None else value / 2**20
 
 
 def topic_dirs(node: BrokerNode, topic: str) -> int:

@@ -66,15 +66,21 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def rss_bytes(pid: int) -> int:
+def proc_status_bytes(pid: int, key: str) -> int | None:
+    """A memory figure of /proc/<pid>/status (VmRSS, VmHWM: the peak RSS), in bytes; None if
+    the process or the line is not there."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return None
+
+
+def rss_bytes(pid: int) -> int:
+    return proc_status_bytes(pid, "VmRSS") or 0
 
 
 class RssSampler:

@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import struct
 import subprocess
@@ -51,23 +50,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_MARK = "ready: listening on"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # compare.py's helpers
+from compare import cpu_seconds, free_port, log, proc_status_bytes  # noqa: E402
 
 
 def start_broker(src: Path, data: Path, extra: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -264,22 +249,14 @@ class BrokerProcess:
     def rss(self) -> int:
         """Resident set size now, in bytes; the peak seen is kept."""
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    value = int(line.split()[1]) * 1024
-                    self.peak_rss = max(self.peak_rss, value)
-                    return value
-        return 0
+        value = proc_status_bytes(self.proc.pid, "VmRSS") or 0
+        self.peak_rss = max(self.peak_rss, value)
+        return value
 
     def hwm(self) -> int:
         """The kernel's peak RSS of the process (VmHWM), in bytes."""
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        return proc_status_bytes(self.proc.pid, "VmHWM") or 0
 
     def fds(self) -> int:
         assert self.proc is not None
