@@ -64,13 +64,18 @@ def file_times(directory: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in directory.iterdir()}
 
 
+def stop_with_a_record_in_each(b: BrokerProcess) -> None:
+    """Topic ``many`` of PARTITIONS partitions, the record ``first`` in each, then a clean stop."""
+    create_topics(b.bootstrap, {"many": PARTITIONS})
+    produce_one_each(b.bootstrap, "many", list(range(PARTITIONS)), b"first")
+    assert b.stop() == 0
+
+
 def test_clean_restart_of_2000_partitions_serves_every_record_and_rewrites_nothing_unchanged(tmp_path: Path) -> None:
     data = tmp_path / "data"
     b = BrokerProcess(data).start()
     try:
-        create_topics(b.bootstrap, {"many": PARTITIONS})
-        produce_one_each(b.bootstrap, "many", list(range(PARTITIONS)), b"first")
-        assert b.stop() == 0
+        stop_with_a_record_in_each(b)
         assert (data / ".kafka_cleanshutdown").exists()
         # A clean stop leaves every log durable up to its end.
         points = read_checkpoint(data / "recovery-point-offset-checkpoint")
@@ -94,9 +99,7 @@ def test_sigkill_with_unflushed_appends_in_many_partitions_keeps_every_acknowled
     data = tmp_path / "data"
     b = BrokerProcess(data).start()
     try:
-        create_topics(b.bootstrap, {"many": PARTITIONS})
-        produce_one_each(b.bootstrap, "many", list(range(PARTITIONS)), b"first")
-        assert b.stop() == 0
+        stop_with_a_record_in_each(b)
         b.start(timeout=120)
         touched = list(range(0, PARTITIONS, 3))  # one more record each, in the page cache only
         produce_one_each(b.bootstrap, "many", touched, b"second")
