@@ -465,8 +465,7 @@ class PartitionLog:
         if old.size == 0:
             return old
         old.seal()
-        snapshot = self.producer_state.take_snapshot(fsync=False)
-        assert snapshot is not None
+        snapshot = self.producer_state.take_snapshot()
         self._bytes_after_snapshot = 0
         new = LogSegment.create(
             self.directory, self.log_end_offset, self.config.index_interval_bytes, self._now_ms()
@@ -822,11 +821,10 @@ class PartitionLog:
 
     # ---- closing ---------------------------------------------------------------------------
 
-    def close(self, *, fsync: bool = True) -> bool:
+    def close(self) -> None:
         """Clean close: final index entries, a producer snapshot at the log end, then the handles;
         a log unchanged since it was loaded writes nothing. Call ``flush`` first for the data itself
-        to be durable. ``fsync=False``: nothing is fsynced, the caller makes it durable. Returns
-        whether files had to be fsynced.
+        to be durable.
 
         What is fsynced is what the next start trusts without checking. Index files only extended
         or made need no fsync (IndexWrite). Kafka writes a snapshot at every close so that a start
@@ -834,25 +832,21 @@ class PartitionLog:
         the start's replay reads no more than its index check of the active segment does, so that
         snapshot is not written (producer state is the snapshot's plus the batches after it)."""
         if self._closed:
-            return False
+            return
         must_sync: list[Path] = []
         for seg in self._segments:
             if seg.indexes_dirty:
                 must_sync += seg.seal()
         self.producer_state.map_end_offset = self.log_end_offset
-        if self._bytes_after_snapshot > self.config.index_interval_bytes:
-            snapshot = self.producer_state.take_snapshot(fsync=False, only_if_new=True)
+        if self._bytes_after_snapshot > self.config.index_interval_bytes:  # so past the last one
+            must_sync.append(self.producer_state.take_snapshot())
             self._bytes_after_snapshot = 0
-            if snapshot is not None:
-                must_sync.append(snapshot)
-        if fsync:
-            self.leader_epoch_cache.flush()
-            for path in must_sync:
-                fsync_path(path)
-            if must_sync:
-                fsync_dir(self.directory)
+        self.leader_epoch_cache.flush()
+        for path in must_sync:
+            fsync_path(path)
+        if must_sync:
+            fsync_dir(self.directory)
         self.close_handlers()
-        return bool(must_sync)
 
     @property
     def unflushed(self) -> bool:

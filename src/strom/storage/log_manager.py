@@ -513,6 +513,7 @@ class LogManager:
         plog = self._logs.pop(tp)
         self._dir_counts[self._dir_of.pop(tp)] -= 1
         self._topic_ids.pop(tp, None)
+        self._last_flush.pop(tp, None)
         plog.close_handlers()
         target = plog.directory.parent / name
         os.rename(plog.directory, target)

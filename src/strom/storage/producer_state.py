@@ -137,9 +137,6 @@ class ProducerStateManager:
         self.ongoing_txns: dict[int, int] = {}
         # State reflects every batch below this offset.
         self.map_end_offset = 0
-        # The offset of the snapshot last loaded or written (-1: none): the state at an offset is
-        # the log's up to it, so a snapshot there need not be written again (Kafka's takeSnapshot).
-        self.last_snapshot_offset = -1
 
     # ---- the produce path ------------------------------------------------------------------
 
@@ -246,12 +243,10 @@ class ProducerStateManager:
 
     # ---- snapshots -------------------------------------------------------------------------
 
-    def take_snapshot(self, *, fsync: bool, only_if_new: bool = False) -> Path | None:
-        """Write the state at ``map_end_offset``; returns the file (to fsync later if not now).
-        ``only_if_new``: nothing is written (None) when the last snapshot is at that offset."""
+    def take_snapshot(self) -> Path:
+        """Write the state at ``map_end_offset`` (atomically, not fsynced); returns the file for
+        the caller to make durable."""
         path = snapshot_path(self.directory, self.map_end_offset)
-        if only_if_new and self.last_snapshot_offset == self.map_end_offset and path.exists():
-            return None
         body = bytearray(_COUNT.pack(len(self.producers)))
         for entry in self.producers.values():
             body += _PRODUCER.pack(entry.producer_id, entry.producer_epoch, entry.last_timestamp,
@@ -261,9 +256,8 @@ class ProducerStateManager:
         write_atomic(
             path,
             _FILE_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(body)) + body,
-            fsync=fsync,
+            fsync=False,
         )
-        self.last_snapshot_offset = self.map_end_offset
         return path
 
     def load_latest_snapshot(self, log_start_offset: int, log_end_offset: int,
@@ -286,7 +280,7 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 self.clear(log_start_offset)
                 continue
-            self.map_end_offset = self.last_snapshot_offset = offset
+            self.map_end_offset = offset
             return offset
         return log_start_offset
 
