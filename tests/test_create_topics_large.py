@@ -4,6 +4,7 @@ is on disk, durable and usable after a restart."""
 
 from __future__ import annotations
 
+import os
 import select
 import shutil
 import threading
@@ -55,6 +56,10 @@ def read_response(conn: RawConnection, corr: int, api_key: int, version: int) ->
     got, body = wire.decode_response(api_key, version, conn.read_frame())
     assert got == corr
     return body
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def partition_dirs(data_dir: Any, topic: str) -> list[Any]:
@@ -111,11 +116,14 @@ def test_large_create_keeps_serving_other_clients_and_survives_restart(broker) -
     wait_until(lambda: len(prober.samples) >= 9, 10, what="the prober running")
     from confluent_kafka.admin import NewTopic
 
+    fds_before = open_fds(broker.proc.pid)
     started = time.monotonic()
     future = admin.create_topics([NewTopic("big", BIG, 1)], operation_timeout=60, request_timeout=60)["big"]
     future.result(timeout=60)
     took = time.monotonic() - started
     prober.finish()
+    # Partitions without records hold no open file (Kafka holds one per partition).
+    assert open_fds(broker.proc.pid) < fds_before + 50
 
     overlapping = [(s, e, code) for s, e, code in prober.samples if e >= started and s <= started + took]
     in_flight = [code for _, _, code in overlapping if code == LEADER_NOT_AVAILABLE]
@@ -131,6 +139,8 @@ def test_large_create_keeps_serving_other_clients_and_survives_restart(broker) -
     assert len(dirs) == BIG
     expected = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n"
     assert all((d / "partition.metadata").read_text() == expected for d in dirs)
+    # The segment file and the leader epoch of a partition are made with its first record.
+    assert all(sorted(f.name for f in d.iterdir()) == ["partition.metadata"] for d in dirs)
     broker.start(timeout=60)
 
     with RawConnection(bs) as raw:
@@ -143,6 +153,18 @@ def test_large_create_keeps_serving_other_clients_and_survives_restart(broker) -
     assert [(d.partition, d.offset) for d in delivered] == [(p, 0) for p in sample]
     got = confluent_consume(bs, "big", sample, len(sample))
     assert sorted((m.partition(), m.value()) for m in got) == [(p, b"v%d" % p) for p in sample]
+    with_records = {f"big-{p}" for p in sample}
+    assert {d.name for d in dirs if (d / "leader-epoch-checkpoint").exists()} == with_records
+    assert {d.name for d in dirs if (d / f"{0:020d}.log").exists()} == with_records
+    assert (broker.data_dir / "big-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+
+    broker.kill()  # nothing flushed: the start recovers the records, and the epoch with them
+    broker.start(timeout=60)
+    got = confluent_consume(bs, "big", sample, len(sample))
+    assert sorted((m.partition(), m.value()) for m in got) == [(p, b"v%d" % p) for p in sample]
+    delivered = confluent_produce(bs, "big", [{"value": b"w", "partition": p} for p in (0, 2)])
+    assert sorted((d.partition, d.offset) for d in delivered) == [(0, 1), (2, 0)]
+    assert (broker.data_dir / "big-2" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
 
 
 def test_two_creates_of_one_name_make_one_topic(broker) -> None:

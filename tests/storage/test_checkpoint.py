@@ -95,6 +95,24 @@ def test_leader_epoch_cache(tmp_path: Path) -> None:
     assert LeaderEpochFileCache(tmp_path).entries == cache.entries
 
 
+def test_leader_epoch_deferred_until_records_follow(tmp_path: Path) -> None:
+    path = tmp_path / "leader-epoch-checkpoint"
+    cache = LeaderEpochFileCache(tmp_path)
+    cache.assign(3, 10, defer=True)  # a new leader at its log end: no record in the epoch yet
+    assert not path.exists() and cache.deferred
+    assert cache.latest_epoch == 3 and cache.end_offset_for(3, 10) == (3, 10)
+    cache.write_deferred()
+    assert path.read_text() == "0\n1\n3 10\n" and not cache.deferred
+    cache.write_deferred()  # nothing held back: nothing written
+    cache.assign(4, 12, defer=True)
+    assert path.read_text() == "0\n1\n3 10\n"
+    cache.truncate_from_start(11)  # any other change writes every entry, the deferred one too
+    assert path.read_text() == "0\n2\n3 11\n4 12\n" and not cache.deferred
+    cache.assign(6, 12, defer=True)  # replaces epoch 4, which held no record either
+    assert [tuple(e) for e in cache.entries] == [(3, 11), (6, 12)]
+    assert LeaderEpochFileCache(tmp_path).entries == [(3, 11), (4, 12)]  # as written
+
+
 def test_leader_epoch_cache_ignores_damaged_file(tmp_path: Path) -> None:
     (tmp_path / "leader-epoch-checkpoint").write_text("0\n2\n3 10\n1 20\n")  # epochs go backwards
     assert LeaderEpochFileCache(tmp_path).entries == []

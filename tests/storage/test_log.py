@@ -41,6 +41,26 @@ def test_append_assigns_offsets_and_leader_epoch(tmp_path: Path) -> None:
     assert (tmp_path / "t-0" / "00000000000000000000.log").exists()
 
 
+def test_new_log_makes_its_files_at_its_first_record(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    log = PartitionLog.create(directory, "t", 0, LogConfig(), now_ms=Clock())
+    log.leader_epoch_cache.assign(2, 0, defer=True)
+    assert log.read(0, 1000) == b"" and log.log_end_offset == 0 and not log.unflushed
+    log.close()  # no record: no file at all, and the next start assigns the epoch again
+    assert list(directory.iterdir()) == []
+    log = PartitionLog.open(directory, "t", 0, LogConfig(), now_ms=Clock(), clean_shutdown=True)
+    assert log.leader_epoch_cache.entries == [] and log.log_end_offset == 0
+    log.leader_epoch_cache.assign(2, 0, defer=True)
+    append(log, batch(2), leader_epoch=2)  # the first record makes the segment file, after the epoch
+    assert sorted(p.name for p in directory.iterdir()) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
+    assert (directory / "leader-epoch-checkpoint").read_text() == "0\n1\n2 0\n"
+    assert log.unflushed
+    log.close_handlers()  # a crash: recovery finds the same epoch in the file and in the batches
+    again = PartitionLog.open(directory, "t", 0, LogConfig(), now_ms=Clock())
+    assert [tuple(e) for e in again.leader_epoch_cache.entries] == [(2, 0)] and again.log_end_offset == 2
+
+
 def test_log_append_time(tmp_path: Path) -> None:
     clock = Clock(5_000)
     log = open_log(tmp_path, clock, message_timestamp_type="LogAppendTime")

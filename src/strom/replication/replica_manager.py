@@ -310,8 +310,8 @@ class ReplicaManager:
         self._stop_following(part)
         part.become_leader(state, now_ms())
         cache = part.log.leader_epoch_cache
-        if state.leader_epoch > cache.latest_epoch:
-            cache.assign(state.leader_epoch, part.log.log_end_offset)
+        if state.leader_epoch > cache.latest_epoch:  # no record in it yet: the file waits for one
+            cache.assign(state.leader_epoch, part.log.log_end_offset, defer=True)
         self._log_change(f"led at epoch {state.leader_epoch}", "%s-%d: leader at epoch %d (log end %d, hw %d, isr %s)",
                          part.topic, part.partition, state.leader_epoch, part.log.log_end_offset,
                          part.log.high_watermark, list(state.isr))

@@ -3,6 +3,13 @@
 Replicas use it to find where their log diverges from the leader's (OffsetsForLeaderEpoch). The
 file is rewritten atomically when an epoch is added or entries are cut; the fsync waits for the
 partition's next flush, and a lost or torn file is rebuilt from the batches seen in recovery.
+
+An epoch a new leader starts at its log end (``assign(..., defer=True)``) covers no record yet, so
+its file is written just before the first record is appended after it (``write_deferred``), on the
+event loop like every other write of the file. Until then it costs nothing to lose: no record
+depends on it, and the leader assigns it again when it starts. So a CreateTopics of thousands of
+partitions makes no file per partition for it (Kafka writes the file at once; making a file is
+most of what a new partition costs on these disks), and an idle partition never does.
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ class EpochEntry(NamedTuple):
 
 
 class LeaderEpochFileCache:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, read: bool = True) -> None:
+        """``read=False``: the directory was just made, there is no file to read."""
         self.path = directory / FILE_NAME
-        self.entries: list[EpochEntry] = self._read()
+        self.entries: list[EpochEntry] = self._read() if read else []
         self._needs_fsync = False
         self._held: list[EpochEntry] | None = None  # entries as on disk while writes are held back
+        self._deferred = False  # entries added with ``defer`` are not in the file yet
 
     def _read(self) -> list[EpochEntry]:
         data = read_file(self.path)
@@ -71,10 +80,21 @@ class LeaderEpochFileCache:
             self.path, format_entries([f"{e.epoch} {e.start_offset}" for e in self.entries]), fsync=False
         )
         self._needs_fsync = True
+        self._deferred = False
 
     @property
     def needs_fsync(self) -> bool:
         return self._needs_fsync
+
+    @property
+    def deferred(self) -> bool:
+        """Entries added with ``defer`` are not written yet."""
+        return self._deferred
+
+    def write_deferred(self) -> None:
+        """Write the entries ``assign(..., defer=True)`` held back: records are about to follow."""
+        if self._deferred:
+            self._write()
 
     def flush(self) -> None:
         if self._needs_fsync:
@@ -85,15 +105,20 @@ class LeaderEpochFileCache:
     def latest_epoch(self) -> int:
         return self.entries[-1].epoch if self.entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (only newer epochs are added)."""
+    def assign(self, epoch: int, start_offset: int, *, defer: bool = False) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (only newer epochs are added).
+        ``defer``: the epoch starts at the log end (no record in it yet); write the file only
+        before the next append (``write_deferred``)."""
         if epoch < 0 or epoch <= self.latest_epoch:
             return
         # An older entry starting at or after this offset was for data since truncated away.
         while self.entries and self.entries[-1].start_offset >= start_offset:
             self.entries.pop()
         self.entries.append(EpochEntry(epoch, start_offset))
-        self._write()
+        if defer and self._held is None:
+            self._deferred = True
+        else:
+            self._write()
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's endOffsetFor: (largest epoch <= requested, start offset of the next epoch, or

@@ -112,7 +112,8 @@ class AppendInfo:
 
 class PartitionLog:
     def __init__(
-        self, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: Callable[[], int]
+        self, directory: Path, topic: str, partition: int, config: LogConfig, now_ms: Callable[[], int],
+        *, new: bool = False,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -123,7 +124,7 @@ class PartitionLog:
         self.high_watermark = 0
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(directory)
-        self.leader_epoch_cache = LeaderEpochFileCache(directory)
+        self.leader_epoch_cache = LeaderEpochFileCache(directory, read=not new)
         self._now_ms = now_ms
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
@@ -183,6 +184,17 @@ class PartitionLog:
         plog._load(recovery_point, log_start_offset, clean_shutdown)
         return plog
 
+    @classmethod
+    def create(
+        cls, directory: Path, topic: str, partition: int, config: LogConfig, *,
+        now_ms: Callable[[], int] = clock.now_ms,
+    ) -> PartitionLog:
+        """A new log in ``directory``, a directory just made and still empty (a CreateTopics):
+        what ``open`` would make of it, without its listing, reads and recovery."""
+        plog = cls(directory, topic, partition, config, now_ms, new=True)
+        plog._set_segments([LogSegment.create(directory, 0, config.index_interval_bytes, now_ms(), lazy=True)])
+        return plog
+
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
         names = self._scan_directory()
         with self.leader_epoch_cache.batched():  # one write at most, and none when nothing changed
@@ -194,9 +206,8 @@ class PartitionLog:
         bases = sorted(int(m.group(1)) for name in names if (m := _SEGMENT_FILE.match(name)))
         interval = self.config.index_interval_bytes
         now = self._now_ms()
-        if not bases:
-            self._set_segments([LogSegment.create(self.directory, log_start_offset, interval, now)])
-            self._dir_dirty = True
+        if not bases:  # a new log, or one that never had a record: its file waits for one
+            self._set_segments([LogSegment.create(self.directory, log_start_offset, interval, now, lazy=True)])
         else:
             self._set_segments([LogSegment.open(self.directory, b, interval, now) for b in bases])
             present = set(names)
@@ -390,7 +401,13 @@ class PartitionLog:
                        max_timestamp: int, log_append_time: int) -> None:
         """Write batches (``lasts``: each one's last offset) in one write; index them, track producers."""
         end = lasts[-1] + 1
+        if self.leader_epoch_cache.deferred:  # the epoch these records belong to reaches the file first
+            self.leader_epoch_cache.write_deferred()
         segment = self._maybe_roll(len(buf), max_timestamp, lasts[-1])
+        if not segment.file_made:  # a new log's first record makes its segment file
+            segment.make_file()
+            with self._lock:
+                self._dir_dirty = True
         base_position = segment.write(buf)
         self._bytes_after_snapshot += len(buf)
         for h, last in zip(headers, lasts, strict=True):

@@ -101,6 +101,13 @@ class LogSegment:
         self.last_index_position = 0
         self.indexes_dirty = True
         self._rolling_timestamp: int | None = None
+        self.file_made = True  # False until ``make_file``, for a segment ``create(lazy=True)`` made
+
+    def make_file(self) -> None:
+        """Make the ``.log`` file of a segment ``create(lazy=True)`` made (before its first write;
+        the caller makes the directory entry durable with its next flush)."""
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.file_made = True
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
@@ -108,8 +115,19 @@ class LogSegment:
     # ---- lifecycle -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int,
+               *, lazy: bool = False) -> LogSegment:
+        """An empty segment. ``lazy``: no file of it exists (the directory holds no segment), and
+        its ``.log`` file is made by ``make_file`` before the first write: a partition that never
+        gets a record has no segment file and holds no file descriptor (Kafka makes the file at
+        once; at 30,000 partitions that is 30,000 open files, more than many systems allow one
+        process, and making files is most of what creating a partition costs)."""
         path = directory / file_name(base_offset, LOG_SUFFIX)
+        if lazy:
+            seg = cls(directory, base_offset, -1, 0, index_interval_bytes, now_ms)
+            seg.file_made = False
+            seg.txn_index.known_absent()
+            return seg
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(fd).st_size
         if size:
@@ -349,6 +367,8 @@ class LogSegment:
         return None
 
     def read(self, position: int, size: int) -> bytes:
+        if not self.file_made:
+            return b""
         return os.pread(self.fd, size, position)
 
     def last_boundary(self, start: int, end: int) -> int:
@@ -363,4 +383,6 @@ class LogSegment:
         """For time retention: the max timestamp, or the file's mtime when no batch carries one."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
+        if not self.file_made:
+            return self.created_ms
         return int(os.stat(self.log_path).st_mtime * 1000)
