@@ -5,6 +5,7 @@ is on disk, durable and usable after a restart."""
 from __future__ import annotations
 
 import os
+import resource
 import select
 import shutil
 import threading
@@ -19,6 +20,7 @@ from helpers import (
     create_topics,
     ms,
     request_class,
+    values_batch,
     wait_until,
 )
 
@@ -30,6 +32,7 @@ NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 TOPIC_ALREADY_EXISTS = 36
+KAFKA_STORAGE_ERROR = 56
 INVALID_PARTITIONS = 37
 
 
@@ -249,3 +252,44 @@ def test_partition_directories_unknown_to_the_metadata_are_set_aside(broker) -> 
     broker.restart()  # strays stay aside
     assert len([d for d in data.iterdir() if d.name.endswith("-stray")]) == 2
     assert len(confluent_consume(bs, "t", [0, 1], 1)) == 1
+
+
+def produce_to_each_body(topic: str, partitions: range, value: bytes, version: int = 9) -> Any:
+    req = request_class("produce", version, "ProduceRequest")
+    tpd = request_class("produce", version, "TopicProduceData")
+    ppd = request_class("produce", version, "PartitionProduceData")
+    data = tuple(ppd(index=p, records=values_batch([value])) for p in partitions)
+    return req(transactional_id=None, acks=1, timeout=ms(10000), topic_data=(tpd(name=topic, partition_data=data),))
+
+
+def test_partitions_past_the_open_file_limit_are_refused_one_by_one(broker) -> None:
+    """A partition's segment file is opened with its first record: past the process's limit on open
+    files that append is answered KAFKA_STORAGE_ERROR, the others in the request are written, and
+    the partition takes records again once files are free."""
+    count = 300
+    create_topics(broker.bootstrap, {"many": count})
+    pid = broker.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    with RawConnection(broker.bootstrap) as raw:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_fds(pid) + 100, hard))
+        try:
+            first = raw.request(0, 9, produce_to_each_body("many", range(count), b"first"))
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        codes = {int(p.index): int(p.error_code) for p in first.responses[0].partition_responses}
+        written = {p for p, code in codes.items() if code == NONE}
+        refused = {p for p, code in codes.items() if code == KAFKA_STORAGE_ERROR}
+        assert written and refused and written | refused == set(range(count)), codes
+        broker.wait_for_log("could not append to", "Too many open files")
+        (md,) = raw.metadata(["many"]).topics  # still serving on the same connection
+        assert int(md.error_code) == NONE
+        second = raw.request(0, 9, produce_to_each_body("many", range(count), b"second"))
+        offsets = {int(p.index): (int(p.error_code), int(p.base_offset)) for p in second.responses[0].partition_responses}
+        assert offsets == {p: (NONE, 1 if p in written else 0) for p in range(count)}
+    assert broker.stop() == 0
+    broker.start(timeout=60)
+    with RawConnection(broker.bootstrap) as raw:
+        for p in sorted(refused)[:5] + sorted(written)[:5]:
+            got = [r.value for r in raw.fetch_records("many", p)]
+            assert got == ([b"first", b"second"] if p in written else [b"second"]), p
+        assert all(raw.log_end_offset("many", p) == (2 if p in written else 1) for p in range(count))

@@ -427,6 +427,7 @@ class ReplicaManager:
         results: list[dict[str, Any]] = []
         to_flush: list[PartitionLog] = []
         waits: list[tuple[Partition, int, dict[str, Any]]] = []
+        failed: list[str] = []
         client = origin is AppendOrigin.CLIENT
         for topic, index, records in entries:
             part, error = self.leader_partition(topic, index)
@@ -442,11 +443,21 @@ class ReplicaManager:
                 continue
             if part.followers:
                 part.before_append()
-            if client:
-                result, headers = append_client_batches(plog, index, records, part.state.leader_epoch)
-            else:
-                assert records is not None
-                result, headers = append_own_batches(plog, index, records, part.state.leader_epoch)
+            try:
+                if client:
+                    result, headers = append_client_batches(plog, index, records, part.state.leader_epoch)
+                else:
+                    assert records is not None
+                    result, headers = append_own_batches(plog, index, records, part.state.leader_epoch)
+            except OSError as e:
+                # The file system refused (no space, too many open files): the log is as it was
+                # (a failed write is cut back), this partition is answered, the others go on.
+                failed.append(f"{topic}-{index}")
+                results.append(partition_result(index, E.kafka_storage_error,
+                                                message=f"Could not write to the log: {e.strerror or e}"))
+                if len(failed) == 1:
+                    log.error("could not append to %s-%d: %s", topic, index, e)
+                continue
             results.append(result)
             if result["error_code"] != E.none:
                 continue
@@ -462,6 +473,8 @@ class ReplicaManager:
                 # A retried batch waits like a new one: its first answer may have been lost before
                 # the ISR had it (say, on a leader cut off from its followers).
                 waits.append((part, plog.log_end_offset, result))
+        if len(failed) > 1:
+            log.error("could not append to %d partitions (the first above): %s", len(failed), ", ".join(failed[:10]))
         if not to_flush and not waits:
             return results
         return self._complete(results, to_flush, waits, timeout_s, client)
