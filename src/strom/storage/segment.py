@@ -12,6 +12,7 @@ import crc32c
 from strom.records.batch import ATTRIBUTES, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from strom.storage.errors import CorruptIndex
 from strom.storage.index import IndexWrite, OffsetIndex, TimeIndex
+from strom.storage.open_files import SEGMENT_FILES
 from strom.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
@@ -87,6 +88,8 @@ class LogSegment:
         self.directory = directory
         self.base_offset = base_offset
         self.fd = fd
+        if fd >= 0:
+            SEGMENT_FILES.opened()
         self.size = size
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -106,7 +109,9 @@ class LogSegment:
     def make_file(self) -> None:
         """Make the ``.log`` file of a segment ``create(lazy=True)`` made (before its first write;
         the caller makes the directory entry durable with its next flush)."""
+        SEGMENT_FILES.check_room()
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        SEGMENT_FILES.opened()
         self.file_made = True
 
     def __repr__(self) -> str:
@@ -128,6 +133,7 @@ class LogSegment:
             seg.file_made = False
             seg.txn_index.known_absent()
             return seg
+        SEGMENT_FILES.check_room()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(fd).st_size
         if size:
@@ -148,6 +154,7 @@ class LogSegment:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+            SEGMENT_FILES.closed()
 
     def delete(self) -> None:
         self.close()
