@@ -187,7 +187,8 @@ class LogSegment:
         per partition was most of a clean stop's time with thousands of small partitions."""
         replaced = []
         if self.indexes_dirty:
-            if len(self.offset_index) or self.offset_index.path.exists() or self.time_index.path.exists():
+            if self.file_made and (  # a segment without its file (no record yet) has no index files
+                    len(self.offset_index) or self.offset_index.path.exists() or self.time_index.path.exists()):
                 replaced = [index.path for index in (self.offset_index, self.time_index)
                             if index.write() is IndexWrite.REPLACED]
             self.indexes_dirty = False
