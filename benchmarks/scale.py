@@ -4,12 +4,13 @@ partition of a large topic (issue 28).
 
 Each repetition starts a fresh broker from each source tree given (``--tree``; the first is "A",
 e.g. this tree, the second "B", e.g. main checked out elsewhere), alternating A B A B, creates one
-topic of ``--partitions`` partitions, starts one consumer assigned to all of them from offset 0 with
-the client's default fetch settings (librdkafka through confluent-kafka, or kafka-python with
-``--client kafka-python``), waits until the client reports every partition as fetching (librdkafka's
-statistics: fetch_state "active"; kafka-python: its first empty poll), and then reads the broker's
-CPU time (/proc/<pid>/stat, user + system) over ``--seconds`` with nothing produced. Printed: the
-broker's CPU as a share of one core, per tree, median (min-max), and the ratio A/B per pair.
+topic of ``--partitions`` partitions (beyond 10,000, topics of 10,000 each, as every command does),
+starts one consumer assigned to all of them from offset 0 with the client's default fetch settings
+(librdkafka through confluent-kafka, or kafka-python with ``--client kafka-python``), waits until
+the client reports every partition as fetching (librdkafka's statistics: fetch_state "active";
+kafka-python: its first empty poll), and then reads the broker's CPU time (/proc/<pid>/stat, user +
+system) over ``--seconds`` with nothing produced. Printed: the broker's CPU as a share of one core,
+per tree, median (min-max), and the ratio A/B per pair.
 
     .venv/bin/python benchmarks/scale.py idle --partitions 10000 -n 3 \\
         --tree src --tree /tmp/main/src          # this tree against main (git worktree or archive)
@@ -121,8 +122,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> float:
 # partition is being fetched and then keeps polling until stdin closes.
 CONSUMER = r"""
 import json, sys, threading
-topic, partitions, client = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-bootstrap = sys.argv[4]
+topics, client = json.loads(sys.argv[1]), sys.argv[2]  # [[topic, partitions], ...]
+bootstrap = sys.argv[3]
+total = sum(n for _, n in topics)
 threading.Thread(target=lambda: (sys.stdin.read(), __import__("os")._exit(0)), daemon=True).start()
 if client == "confluent":
     from confluent_kafka import Consumer, TopicPartition
@@ -132,14 +134,15 @@ if client == "confluent":
         if ready:
             return
         d = json.loads(s)
-        parts = d.get("topics", {}).get(topic, {}).get("partitions", {})
-        active = sum(1 for k, p in parts.items() if k != "-1" and p.get("fetch_state") == "active")
-        if active == partitions:
+        active = sum(1 for t, _ in topics
+                     for k, p in d.get("topics", {}).get(t, {}).get("partitions", {}).items()
+                     if k != "-1" and p.get("fetch_state") == "active")
+        if active == total:
             ready = True
             print("ready", flush=True)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "idle-bench", "enable.auto.commit": False,
                   "statistics.interval.ms": 500, "stats_cb": stats})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    c.assign([TopicPartition(t, p, 0) for t, n in topics for p in range(n)])
     while True:
         m = c.poll(0.5)
         if m is not None and not m.error():
@@ -147,7 +150,7 @@ if client == "confluent":
 else:
     from kafka import KafkaConsumer, TopicPartition
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    tps = [TopicPartition(t, p) for t, n in topics for p in range(n)]
     c.assign(tps)
     for tp in tps:
         c.seek(tp, 0)
@@ -163,8 +166,9 @@ def idle_once(src: Path, partitions: int, seconds: float, client: str, extra: li
     with scratch() as tmp:
         broker, bootstrap = start_broker(src, Path(tmp) / "logs", extra)
         try:
-            created = create_topic(bootstrap, "idle", partitions)
-            consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, "idle", str(partitions), client, bootstrap],
+            topics = topics_of(partitions)
+            created = sum(create_topic(bootstrap, t, n) for t, n in topics)
+            consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, json.dumps(topics), client, bootstrap],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             try:
                 t0 = time.monotonic()
