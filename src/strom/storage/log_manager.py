@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from strom import clock
 from strom.storage.atomic import fsync_dir, has_syncfs, sync_filesystem, write_atomic
@@ -44,6 +45,7 @@ STRAY_DIR_SUFFIX = "-stray"
 FSYNC_THREADS = 8  # for the fsyncs of a large batch of new partitions
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 def parse_topic_partition(name: str) -> TopicPartition | None:
@@ -86,6 +88,17 @@ class NewLogs:
             plog.close_handlers()
         self.made = []
         LogManager.remove_dirs([Path(directory) for _, _, directory in self.placements])
+
+
+def _fsync_each(work: Callable[[T], object], items: list[T], thread_name: str) -> None:
+    """``work`` on each item, in FSYNC_THREADS threads when there are more items than that: the
+    file system commits concurrent fsyncs together."""
+    if len(items) > FSYNC_THREADS:
+        with ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix=thread_name) as pool:
+            list(pool.map(work, items))
+    else:
+        for item in items:
+            work(item)
 
 
 def _flush_and_close(plog: PartitionLog) -> None:
@@ -229,15 +242,9 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean shutdown markers.
         A log unchanged since it was loaded or last flushed writes nothing."""
-        logs = list(self._logs.values())
-        if len(logs) > FSYNC_THREADS:
-            # Several fsyncs per log, each log on its own: the file system commits concurrent ones
-            # together (a thousand partitions close in about a second, not ten).
-            with ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="strom-close") as pool:
-                list(pool.map(_flush_and_close, logs))
-        else:
-            for plog in logs:
-                _flush_and_close(plog)
+        # Several fsyncs per log, each log on its own: the file system commits concurrent ones
+        # together (a thousand partitions close in about a second, not ten).
+        _fsync_each(_flush_and_close, list(self._logs.values()), "strom-close")
         self.delete_due_files(force=True)
         self.checkpoint()
         for directory in self.log_dirs:
@@ -351,13 +358,7 @@ class LogManager:
             if bulk:
                 self._sync_log_dirs(indexes)
             else:
-                if len(created) > FSYNC_THREADS:
-                    # The fsyncs are most of the time; the file system commits concurrent ones together.
-                    with ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="strom-create") as pool:
-                        list(pool.map(write_metadata, created))
-                else:
-                    for directory in created:
-                        write_metadata(directory)
+                _fsync_each(write_metadata, created, "strom-create")  # the fsyncs are most of the time
                 for index in indexes:
                     fsync_dir(self.log_dirs[index])
         except BaseException:
