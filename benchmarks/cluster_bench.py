@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # compare.py's helpers
 
 from compare import bench_command, cpu_seconds, fmt, free_port, log, machine, proc_status_bytes  # noqa: E402
+from scale import topics_of  # noqa: E402
 
 from strom.bench.stats import percentile  # noqa: E402
 from strom.devcluster import BROKER_READY_MARK, ZooKeeperServer  # noqa: E402
@@ -910,33 +911,37 @@ def stop_phases(log_text: str) -> dict[str, float]:
 def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    topic = f"scale-{rep}"
+    topics = topics_of(partitions, f"scale-{rep}-")  # created one after another
     res: dict[str, Any] = {"partitions": partitions, "load_before": os.getloadavg()[0]}
     n = len(cluster.nodes)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": quiet_logger()})
     t0 = time.perf_counter()
-    admin.create_topics([NewTopic(topic, partitions, n)], operation_timeout=300, request_timeout=330)[topic].result(360)
+    for topic, count in topics:
+        admin.create_topics([NewTopic(topic, count, n)], operation_timeout=300, request_timeout=330)[topic].result(360)
     res["create_answer_s"] = time.perf_counter() - t0
     # Right after the answer: every broker's own Metadata.
-    res["leaderless_after_answer"] = {b: leaderless_in_metadata(node.bootstrap, topic, partitions)
+    res["leaderless_after_answer"] = {b: sum(leaderless_in_metadata(node.bootstrap, t, k) for t, k in topics)
                                       for b, node in cluster.nodes.items()}
 
+    def all_states() -> list[Any]:
+        return [s for t, k in topics for s in states_now(cluster, t, k)]
+
     def full() -> bool:
-        return all(s is not None and s.leader >= 0 and len(s.isr) == n for s in states_now(cluster, topic, partitions))
+        return all(s is not None and s.leader >= 0 and len(s.isr) == n for s in all_states())
 
     # From the request: the "every ISR full within 30 s of the request".
     took = wait_until(full, args.isr_timeout, 0.2)
     res["create_isr_full_s"] = None if took is None else time.perf_counter() - t0
 
     def logs_made() -> bool:  # every replica's log directory made, its partition.metadata in place
-        return all(sum(1 for _ in node.data_dir.glob(f"{topic}-*/partition.metadata")) == partitions
+        return all(sum(1 for t, _ in topics for _ in node.data_dir.glob(f"{t}-*/partition.metadata")) == partitions
                    for node in cluster.nodes.values())
 
     took = wait_until(logs_made, args.isr_timeout, 0.2)
     res["create_logs_made_s"] = None if took is None else time.perf_counter() - t0
     res["rss_after_create_mb"] = max(proc_status_mb(node.pid, "VmRSS") or 0 for node in cluster.nodes.values())
     # The broker (not the controller) leading the most partitions: SIGTERM.
-    states = states_now(cluster, topic, partitions)
+    states = all_states()
     ctrl = cluster.controller()
     counts = {b: sum(1 for s in states if s is not None and s.leader == b) for b in cluster.nodes if b != ctrl}
     victim = max(counts, key=lambda b: counts[b])
@@ -948,7 +953,7 @@ def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.
     def watch() -> None:
         t_start = time.perf_counter()
         while not stop.is_set():
-            if not any(s is not None and s.leader == victim for s in states_now(cluster, topic, partitions)):
+            if not any(s is not None and s.leader == victim for s in all_states()):
                 moved_at.append(time.perf_counter() - t_start)
                 return
             time.sleep(0.05)
@@ -968,7 +973,7 @@ def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.
     res["stop_phases"] = stop_phases(text)
     res["moved_logged_s"] = res["stop_phases"].get("moved_logged_s")
     res["after_moved_s"] = res["stop_phases"].get("after_moved_s")
-    still = sum(1 for s in states_now(cluster, topic, partitions) if s is not None and s.leader == victim)
+    still = sum(1 for s in all_states() if s is not None and s.leader == victim)
     res["led_by_stopped_broker"] = still
     # Back again: every ISR full.
     t1 = time.perf_counter()
@@ -982,23 +987,27 @@ def scale_once(cluster: LocalCluster, partitions: int, rep: int, args: argparse.
     from strom.cluster import zk_layout as zl
 
     t2 = time.perf_counter()
-    admin.delete_topics([topic], operation_timeout=300, request_timeout=330)[topic].result(360)
+    names = [t for t, _ in topics]
+    for future in admin.delete_topics(names, operation_timeout=300, request_timeout=330).values():
+        future.result(360)
     res["delete_answer_s"] = time.perf_counter() - t2
 
     def gone() -> bool:
-        if cluster.kazoo.exists(zl.topic_path(topic)) is not None:
+        if any(cluster.kazoo.exists(zl.topic_path(t)) is not None for t in names):
             return False
-        # Every topic's metadata, not this one's: a Metadata request naming it would create it again
+        # Every topic's metadata, not these: a Metadata request naming one would create it again
         # (librdkafka asks for auto-creation, and brokers have auto.create.topics.enable).
-        return not any(topic in AdminClient({"bootstrap.servers": nd.bootstrap, "logger": quiet_logger()})
-                       .list_topics(timeout=10).topics for nd in cluster.nodes.values())
+        return not any(set(names) & set(AdminClient({"bootstrap.servers": nd.bootstrap, "logger": quiet_logger()})
+                                        .list_topics(timeout=10).topics) for nd in cluster.nodes.values())
 
     took = wait_until(gone, args.isr_timeout, 0.1)
     res["delete_gone_s"] = None if took is None else time.perf_counter() - t2
-    took = wait_until(lambda: not any(topic_dirs(nd, topic) for nd in cluster.nodes.values()), args.isr_timeout, 0.2)
+    took = wait_until(lambda: not any(topic_dirs(nd, t) for nd in cluster.nodes.values() for t in names),
+                      args.isr_timeout, 0.2)
     res["delete_logs_gone_s"] = None if took is None else time.perf_counter() - t2
-    with contextlib.suppress(NoNodeError):
-        res["znodes_left"] = len(cluster.kazoo.get_children(zl.partitions_path(topic)))
+    for t in names:
+        with contextlib.suppress(NoNodeError):
+            res["znodes_left"] = res.get("znodes_left", 0) + len(cluster.kazoo.get_children(zl.partitions_path(t)))
     res["load_after"] = os.getloadavg()[0]
     return res
 

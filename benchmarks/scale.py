@@ -425,9 +425,10 @@ def create_once(src: Path, partitions: int, extra: list[str], profile: Path | No
 MAX_PER_TOPIC = 10_000  # strom's cap on partitions one request may create (as a policy)
 
 
-def topics_of(partitions: int) -> list[tuple[str, int]]:
-    """Topics ``scale0``, ``scale1``, ... of at most MAX_PER_TOPIC partitions, ``partitions`` in all."""
-    return [(f"scale{i}", min(MAX_PER_TOPIC, partitions - start))
+def topics_of(partitions: int, prefix: str = "scale") -> list[tuple[str, int]]:
+    """Topics ``<prefix>0``, ``<prefix>1``, ... of at most MAX_PER_TOPIC partitions,
+    ``partitions`` in all."""
+    return [(f"{prefix}{i}", min(MAX_PER_TOPIC, partitions - start))
             for i, start in enumerate(range(0, partitions, MAX_PER_TOPIC))]
 
 
