@@ -110,8 +110,16 @@ def test_a_kept_sessionless_answer_ends_with_the_leadership(cluster: Cluster) ->
     codes = [int(p.error_code) for t in wire.decode_response(1, 12, b"\0\0\0\0" + after)[1].responses
              for p in t.partitions]
     assert codes == [6, 0]  # NOT_LEADER_OR_FOLLOWER for partition 0; partition 1 still led here
-    # Broker 1 leads partition 0 again: a connection to it answers from the full path, then reuses.
+    # Broker 1 leads partition 0 again. It learns so on its own, maybe after broker 2 stepped down:
+    # wait for its own answer, on fresh connections (none of them is c1 below).
+    one = sessionless(kept, 12, {topic: {0: 0}}, topic_ids={})
+
+    def led_by_1() -> bool:
+        got = wire.decode_response(1, 12, b"\0\0\0\0" + fresh(1, one))[1]
+        return int(got.responses[0].partitions[0].error_code) == 0
+
+    wait_until(led_by_1, 10, what="broker 1 answering as the leader of partition 0")
+    # A connection to it answers from the full path, then reuses that answer.
     with RawConnection(cluster.brokers[1].bootstrap) as c1:
-        one = sessionless(c1, 12, {topic: {0: 0}}, topic_ids={})
         assert answer(c1, one) == answer(c1, one) == fresh(1, one)
     kept.close()
