@@ -24,6 +24,13 @@ def sync_data(fd: int) -> None:
         os.fsync(fd)
 
 
+def write_all(fd: int, data: memoryview, position: int) -> None:
+    """Write all of ``data`` at ``position`` (pwrite may write less than asked)."""
+    while data:
+        n = os.pwrite(fd, data, position)
+        data, position = data[n:], position + n
+
+
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import crc32c
 
-from strom.storage.atomic import read_file, write_atomic
+from strom.storage.atomic import read_file, write_all, write_atomic
 
 _TIME_ENTRY = struct.Struct(">qi")
 _LITTLE = sys.byteorder == "little"
@@ -43,12 +43,6 @@ class IndexWrite(enum.Enum):
     UNCHANGED = 0
     EXTENDED = 1
     REPLACED = 2
-
-
-def _write_all(fd: int, data: memoryview, position: int) -> None:
-    while data:
-        n = os.pwrite(fd, data, position)
-        data, position = data[n:], position + n
 
 
 class _IndexFile:
@@ -99,7 +93,7 @@ class _IndexFile:
         try:
             if os.fstat(fd).st_size != length:
                 return False
-            _write_all(fd, memoryview(data)[length:], length)
+            write_all(fd, memoryview(data)[length:], length)
         finally:
             os.close(fd)
         return True
@@ -111,7 +105,7 @@ class _IndexFile:
         except FileExistsError:
             return False
         try:
-            _write_all(fd, memoryview(data), 0)
+            write_all(fd, memoryview(data), 0)
         except OSError:
             os.close(fd)
             self.path.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import crc32c
 
 from strom.records.batch import ATTRIBUTES, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
+from strom.storage.atomic import write_all
 from strom.storage.errors import CorruptIndex
 from strom.storage.index import IndexWrite, OffsetIndex, TimeIndex
 from strom.storage.open_files import SEGMENT_FILES
@@ -127,12 +128,12 @@ class LogSegment:
         gets a record has no segment file and holds no file descriptor (Kafka makes the file at
         once; at 30,000 partitions that is 30,000 open files, more than many systems allow one
         process, and making files is most of what creating a partition costs)."""
-        path = directory / file_name(base_offset, LOG_SUFFIX)
         if lazy:
             seg = cls(directory, base_offset, -1, 0, index_interval_bytes, now_ms)
             seg.file_made = False
             seg.txn_index.known_absent()
             return seg
+        path = directory / file_name(base_offset, LOG_SUFFIX)
         SEGMENT_FILES.check_room()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(fd).st_size
@@ -199,10 +200,8 @@ class LogSegment:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append bytes with one write; on failure (disk full) cut the file back. Returns the position."""
         position = self.size
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.pwrite(self.fd, view, position + len(data) - len(view)) :]
+            write_all(self.fd, memoryview(data), position)
         except OSError:
             os.ftruncate(self.fd, position)
             raise
